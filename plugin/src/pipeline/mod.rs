@@ -1,0 +1,3 @@
+//! Between sources and the engine: bounded queues, target routing and drop accounting.
+
+pub mod telemetry;

@@ -1,0 +1,1 @@
+//! Sinks: everything that publishes reports and counters.

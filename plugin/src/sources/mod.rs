@@ -1,0 +1,1 @@
+//! Sources: everything that turns outside input into [`crate::model::EventBatch`]es.

@@ -1,0 +1,107 @@
+//! The normalized event every source is turned into before it reaches the engine.
+//!
+//! Kept `Copy` and free of strings so batches are flat arrays: the host routes events to
+//! a target (and so carries the target name once per batch, not once per event).
+
+use serde::{Deserialize, Serialize};
+
+use crate::syscalls::SyscallId;
+
+/// What one record says about a system call.
+///
+/// Sources either see whole calls (perf trace, OTLP spans, a duration attribute) or the
+/// two halves separately (LTTng, `raw_syscalls:sys_enter`/`sys_exit`); the engine pairs
+/// the halves per thread so both shapes analyse the same way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    /// A finished call: `ts_ns` is its entry time and `duration_ns` its execution time.
+    Complete,
+    /// Entry half: `ts_ns` is the entry time; `duration_ns` is ignored.
+    Enter,
+    /// Exit half: `ts_ns` is the exit time. `syscall` may be [`SyscallId::UNKNOWN`] when the
+    /// source has a generic exit record (old LTTng `exit_syscall`); the pending entry names it.
+    Exit,
+}
+
+/// Hardware/software counters sampled with a call, when the source has them.
+///
+/// Each is a delta over the call (or `0` when not measured); used for ChopStix-style
+/// vital-sign symptoms, such as a busy loop showing as many cycles with few cache misses.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PerfCounters {
+    pub cycles: u64,
+    pub instructions: u64,
+    pub cache_misses: u64,
+    pub context_switches: u64,
+}
+
+/// One system-call record of one thread of a monitored target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SyscallEvent {
+    /// Process id (thread-group id).
+    pub pid: u32,
+    /// OS thread id; the unit of PerfCompass's analysis.
+    pub tid: u32,
+    /// Which call; see [`crate::syscalls`] for the name and number tables.
+    pub syscall: SyscallId,
+    pub kind: EventKind,
+    /// Nanoseconds in the source's clock: entry time for `Complete`/`Enter`, exit time for `Exit`.
+    pub ts_ns: u64,
+    /// Execution time in nanoseconds, for `Complete` records only.
+    pub duration_ns: u64,
+    /// Return value, when known (negative errno on failure).
+    pub ret: Option<i64>,
+    /// Counters sampled with the call, when the source has them.
+    pub perf: Option<PerfCounters>,
+}
+
+impl SyscallEvent {
+    /// A finished call; the common shape for sources that already know the duration.
+    pub fn complete(
+        pid: u32,
+        tid: u32,
+        syscall: SyscallId,
+        enter_ns: u64,
+        duration_ns: u64,
+    ) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall,
+            kind: EventKind::Complete,
+            ts_ns: enter_ns,
+            duration_ns,
+            ret: None,
+            perf: None,
+        }
+    }
+
+    /// The entry half of a call.
+    pub fn enter(pid: u32, tid: u32, syscall: SyscallId, ts_ns: u64) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall,
+            kind: EventKind::Enter,
+            ts_ns,
+            duration_ns: 0,
+            ret: None,
+            perf: None,
+        }
+    }
+
+    /// The exit half of a call.
+    pub fn exit(pid: u32, tid: u32, syscall: SyscallId, ts_ns: u64, ret: Option<i64>) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall,
+            kind: EventKind::Exit,
+            ts_ns,
+            duration_ns: 0,
+            ret,
+            perf: None,
+        }
+    }
+}

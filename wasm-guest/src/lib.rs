@@ -1,0 +1,27 @@
+//! # faultline-engine
+//!
+//! The analysis engine of faultline: it answers "is this slowdown the environment or our
+//! own software?" from per-thread system-call streams, following PerfCompass
+//! (execution units, k-moving-average outlier detection, fault onset time σ, impact
+//! factor τ, onset dispersion Ω, the two-tier external/internal decision with filtering
+//! mode, and the affected-syscall ranking).
+//!
+//! The crate is a pure library: no I/O, no threads, no clock reads — time comes from the
+//! events — so the same code runs natively (linked into the plugin) and as a WASM module
+//! inside the plugin's wasmtime sandbox (see [`abi`]).
+//!
+//! Data flow inside the engine:
+//! `SyscallEvent` → [`pairing`] (enter/exit → completed calls) → [`engine::Engine`]
+//! (per target: execution units, baselines, outlier detection) → [`report::Report`].
+
+pub mod engine;
+pub mod event;
+pub mod params;
+pub mod report;
+pub mod syscalls;
+
+pub use engine::Engine;
+pub use event::{EventKind, PerfCounters, SyscallEvent};
+pub use params::{ParamError, Params};
+pub use report::{Report, Subsystem, Verdict};
+pub use syscalls::SyscallId;

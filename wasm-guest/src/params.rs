@@ -1,0 +1,211 @@
+//! Tunable parameters of the analysis, with the paper's defaults and validation.
+//!
+//! Durations are in seconds (`f64`) because these values are written by operators in
+//! config files and echoed in every report; the engine converts them to nanoseconds once.
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A parameter that cannot be used, with the key name an operator would write.
+#[derive(Debug, Error, PartialEq)]
+#[error("invalid parameter `{key}`: {reason}")]
+pub struct ParamError {
+    pub key: &'static str,
+    pub reason: String,
+}
+
+/// Every knob of the PerfCompass analysis and of the engine's bounded state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Params {
+    /// α: fault onset time threshold; a thread whose onset is below it is *directly* affected.
+    pub alpha_seconds: f64,
+    /// β: onset dispersion threshold for borderline τ (Ω > β → internal).
+    pub beta_seconds: f64,
+    /// δ: τ above it → external.
+    pub external_threshold: f64,
+    /// Δ: τ below it → internal.
+    pub internal_threshold: f64,
+    /// k: length of the moving average that de-noises execution time and frequency.
+    pub moving_average_k: usize,
+    /// Θ: outlier multiplier (mean + Θ·σ of the baseline).
+    pub outlier_sigma: f64,
+    /// W: how much recent history a target keeps and a report covers.
+    pub window_seconds: f64,
+    /// Gap that splits a thread's stream into execution units; `None` means α (as in the paper).
+    pub gap_threshold_seconds: Option<f64>,
+    /// How often continuous mode evaluates each target (in event time).
+    pub cadence_seconds: f64,
+    /// Ranked syscalls kept per list in a report (and exported as metrics).
+    pub top_n: usize,
+    /// Upper bound on threads tracked per target; beyond it the least recently seen is evicted (counted).
+    pub max_threads: usize,
+    /// Upper bound on targets one engine tracks.
+    pub max_targets: usize,
+    /// Counters per row of the per-(thread, syscall) sketch (a power of two).
+    pub sketch_width: usize,
+    /// Rows (independent hashes) of that sketch.
+    pub sketch_depth: usize,
+}
+
+impl Default for Params {
+    fn default() -> Self {
+        Self {
+            alpha_seconds: 0.5,
+            beta_seconds: 0.25,
+            external_threshold: 0.9,
+            internal_threshold: 0.8,
+            moving_average_k: 5,
+            outlier_sigma: 2.0,
+            window_seconds: 90.0,
+            gap_threshold_seconds: None,
+            cadence_seconds: 10.0,
+            top_n: 5,
+            max_threads: 16_384,
+            max_targets: 64,
+            sketch_width: 1 << 14,
+            sketch_depth: 4,
+        }
+    }
+}
+
+fn err(key: &'static str, reason: impl Into<String>) -> ParamError {
+    ParamError {
+        key,
+        reason: reason.into(),
+    }
+}
+
+fn positive_seconds(key: &'static str, v: f64) -> Result<(), ParamError> {
+    if !v.is_finite() || v <= 0.0 {
+        return Err(err(
+            key,
+            format!("must be a positive number of seconds, got {v}"),
+        ));
+    }
+    if v > 86_400.0 {
+        return Err(err(
+            key,
+            format!("must be at most one day (86400 s), got {v}"),
+        ));
+    }
+    Ok(())
+}
+
+fn fraction(key: &'static str, v: f64) -> Result<(), ParamError> {
+    if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+        return Err(err(key, format!("must be a ratio in (0, 1], got {v}")));
+    }
+    Ok(())
+}
+
+fn in_range(key: &'static str, v: usize, lo: usize, hi: usize) -> Result<(), ParamError> {
+    if v < lo || v > hi {
+        return Err(err(key, format!("must be between {lo} and {hi}, got {v}")));
+    }
+    Ok(())
+}
+
+impl Params {
+    /// Checks every value and the relations between them, naming the first bad key.
+    pub fn validate(&self) -> Result<(), ParamError> {
+        positive_seconds("alpha_seconds", self.alpha_seconds)?;
+        positive_seconds("beta_seconds", self.beta_seconds)?;
+        fraction("external_threshold", self.external_threshold)?;
+        fraction("internal_threshold", self.internal_threshold)?;
+        if self.internal_threshold > self.external_threshold {
+            return Err(err(
+                "internal_threshold",
+                format!(
+                    "Δ ({}) must not exceed δ = external_threshold ({})",
+                    self.internal_threshold, self.external_threshold
+                ),
+            ));
+        }
+        in_range("moving_average_k", self.moving_average_k, 1, 64)?;
+        if !(self.outlier_sigma.is_finite()
+            && self.outlier_sigma > 0.0
+            && self.outlier_sigma <= 100.0)
+        {
+            return Err(err(
+                "outlier_sigma",
+                format!("must be in (0, 100], got {}", self.outlier_sigma),
+            ));
+        }
+        positive_seconds("window_seconds", self.window_seconds)?;
+        if let Some(g) = self.gap_threshold_seconds {
+            positive_seconds("gap_threshold_seconds", g)?;
+        }
+        positive_seconds("cadence_seconds", self.cadence_seconds)?;
+        if self.cadence_seconds > self.window_seconds {
+            return Err(err(
+                "cadence_seconds",
+                format!(
+                    "must not exceed window_seconds ({}), got {}",
+                    self.window_seconds, self.cadence_seconds
+                ),
+            ));
+        }
+        in_range("top_n", self.top_n, 1, 100)?;
+        in_range("max_threads", self.max_threads, 1, 1 << 20)?;
+        in_range("max_targets", self.max_targets, 1, 4096)?;
+        in_range("sketch_width", self.sketch_width, 64, 1 << 24)?;
+        if !self.sketch_width.is_power_of_two() {
+            return Err(err(
+                "sketch_width",
+                format!("must be a power of two, got {}", self.sketch_width),
+            ));
+        }
+        in_range("sketch_depth", self.sketch_depth, 1, 16)?;
+        Ok(())
+    }
+
+    /// The execution-unit gap threshold actually in force (α unless set).
+    pub fn gap_threshold(&self) -> f64 {
+        self.gap_threshold_seconds.unwrap_or(self.alpha_seconds)
+    }
+}
+
+/// Seconds to nanoseconds, saturating: parameters are validated to be at most a day.
+pub fn seconds_to_ns(s: f64) -> u64 {
+    (s * 1e9).round().clamp(0.0, u64::MAX as f64) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_papers_and_valid() {
+        let p = Params::default();
+        assert_eq!(p.validate(), Ok(()));
+        assert_eq!(
+            (
+                p.external_threshold,
+                p.internal_threshold,
+                p.moving_average_k
+            ),
+            (0.9, 0.8, 5)
+        );
+        assert_eq!(p.gap_threshold(), p.alpha_seconds);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let p = Params {
+            internal_threshold: 0.95,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "internal_threshold");
+        let p = Params {
+            alpha_seconds: f64::NAN,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "alpha_seconds");
+        let p = Params {
+            sketch_width: 1000,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "sketch_width");
+    }
+}

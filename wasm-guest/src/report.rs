@@ -1,0 +1,199 @@
+//! The engine's output: one diagnosis of one target over one window.
+//!
+//! Plain serde data with snake_case keys; this is the stable JSON schema of
+//! `faultline analyze --format json`, `GET /report` and the JSON-lines sink, so fields are
+//! only ever added (bump [`REPORT_SCHEMA_VERSION`] when a meaning changes).
+
+use serde::{Deserialize, Serialize};
+
+use crate::params::Params;
+
+/// Version of the report schema carried in every report.
+pub const REPORT_SCHEMA_VERSION: u32 = 1;
+
+/// PerfCompass's answer: where the root cause most likely lies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The environment: a global impact (CPU cap, memory pressure, noisy neighbour, disk, network).
+    External,
+    /// Our own software: a local impact on a subset of threads (a bug).
+    Internal,
+    /// Nothing anomalous in the window.
+    None,
+}
+
+impl Verdict {
+    /// All verdicts, in the order metrics expose them as a state set.
+    pub const ALL: [Verdict; 3] = [Verdict::External, Verdict::Internal, Verdict::None];
+
+    /// The lower-case label used in metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::External => "external",
+            Verdict::Internal => "internal",
+            Verdict::None => "none",
+        }
+    }
+}
+
+/// Which step of the paper's Fig. 3 decided the verdict, so an operator can see why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionPath {
+    /// No thread was anomalous.
+    NoAnomaly,
+    /// τ > δ or τ < Δ.
+    ImpactFactor,
+    /// Borderline τ, I/O syscalls ranked top, τ recomputed on I/O syscalls only exceeded δ.
+    FilteringMode,
+    /// Borderline τ decided by Ω against β.
+    Dispersion,
+}
+
+/// Kernel subsystem a syscall (and so a diagnosis) points at.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Subsystem {
+    CpuScheduling,
+    Memory,
+    DiskIo,
+    NetworkIo,
+    Locking,
+    ProcessManagement,
+    Other,
+    None,
+}
+
+impl Subsystem {
+    /// The snake_case label used in metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subsystem::CpuScheduling => "cpu_scheduling",
+            Subsystem::Memory => "memory",
+            Subsystem::DiskIo => "disk_io",
+            Subsystem::NetworkIo => "network_io",
+            Subsystem::Locking => "locking",
+            Subsystem::ProcessManagement => "process_management",
+            Subsystem::Other => "other",
+            Subsystem::None => "none",
+        }
+    }
+
+    /// Disk or network I/O: the syscalls PerfCompass's filtering mode keeps.
+    pub fn is_io(self) -> bool {
+        matches!(self, Subsystem::DiskIo | Subsystem::NetworkIo)
+    }
+}
+
+/// What made the engine produce this report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    /// Continuous mode: the engine's own cadence.
+    Cadence,
+    /// An external alarm at a given time (the paper's mode).
+    OnDemand,
+    /// The stream ended (offline analysis, shutdown flush).
+    EndOfStream,
+}
+
+/// Thread counts of the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadCounts {
+    /// Threads that made at least one syscall in the window.
+    pub total: u64,
+    /// Threads with at least one outlier (direct or indirect impact).
+    pub affected: u64,
+    /// Affected threads whose onset time σ < α.
+    pub directly_affected: u64,
+}
+
+/// Distribution of per-thread onset times σ over the affected threads, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OnsetDistribution {
+    pub count: u64,
+    pub min: f64,
+    pub p50: f64,
+    pub p90: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// One entry of an affected-syscall ranking.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RankedSyscall {
+    pub syscall: String,
+    /// Relative increase over the baseline: 0.5 means +50 %.
+    pub increase_ratio: f64,
+    pub subsystem: Subsystem,
+}
+
+/// Per-syscall activity of the target in the window (for latency and rate metrics).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SyscallActivity {
+    pub syscall: String,
+    pub calls: u64,
+    pub calls_per_second: f64,
+    pub mean_latency_seconds: f64,
+}
+
+/// Pairing and bounding counters since the engine started, so nothing is lost silently.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EngineCounters {
+    pub events: u64,
+    pub calls: u64,
+    pub unmatched_exits: u64,
+    pub lost_enters: u64,
+    pub duplicate_records: u64,
+    pub out_of_order: u64,
+    pub evicted_threads: u64,
+    pub dropped_targets: u64,
+}
+
+/// One diagnosis of one target over one window.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub schema_version: u32,
+    pub target: String,
+    pub trigger: Trigger,
+    /// Window bounds, in the trace's own clock.
+    pub window_start_ns: u64,
+    pub window_end_ns: u64,
+    /// Estimated time the anomaly began (absent when the verdict is `none`).
+    pub anomaly_onset_ns: Option<u64>,
+    pub verdict: Verdict,
+    pub decided_by: DecisionPath,
+    /// τ: directly affected threads / active threads.
+    pub impact_factor: f64,
+    /// τ recomputed on I/O syscalls only, when filtering mode ran.
+    pub impact_factor_filtered: Option<f64>,
+    /// Ω: standard deviation of σ over the affected threads.
+    pub onset_dispersion_seconds: f64,
+    pub threads: ThreadCounts,
+    pub onset_times_seconds: OnsetDistribution,
+    pub top_syscalls_by_time: Vec<RankedSyscall>,
+    pub top_syscalls_by_frequency: Vec<RankedSyscall>,
+    /// The subsystem the ranking points at.
+    pub subsystem: Subsystem,
+    /// One plain-language sentence for the on-call engineer.
+    pub hint: String,
+    /// Busiest syscalls of the window, bounded by `top_n`.
+    pub syscalls: Vec<SyscallActivity>,
+    pub events_analyzed: u64,
+    pub counters: EngineCounters,
+    pub parameters: Params,
+}
+
+/// α and β derived from a run under a known external fault (the paper's calibration).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub target: String,
+    /// Largest onset time among the affected threads.
+    pub alpha_seconds: f64,
+    /// Onset dispersion observed under the known external fault.
+    pub beta_seconds: f64,
+    pub affected_threads: u64,
+    pub window_start_ns: u64,
+    pub window_end_ns: u64,
+}
