@@ -1,5 +1,42 @@
 //! Command-line interface: `run`, `analyze`, `calibrate`, `check-config`.
 
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::commands;
+
+/// faultline: is this slowdown the environment or our own software?
+#[derive(Debug, Parser)]
+#[command(name = "faultline", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the long-lived plugin (OTLP/LTTng/perf sources → engine → Prometheus/OTLP/JSON sinks).
+    Run {
+        /// TOML or YAML config; without it, built-in defaults that listen on loopback only.
+        #[arg(long, short)]
+        config: Option<PathBuf>,
+    },
+    /// Diagnose a recorded trace offline.
+    Analyze(commands::analyze::AnalyzeArgs),
+    /// Derive α/β from a trace recorded under a known external fault.
+    Calibrate(commands::calibrate::CalibrateArgs),
+    /// Validate a config file and say which key is wrong and why.
+    CheckConfig { file: PathBuf },
+}
+
+/// Parses the command line and runs the chosen command.
 pub fn main() -> anyhow::Result<()> {
-    anyhow::bail!("not yet implemented")
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { config } => commands::run::run(config.as_deref()),
+        Command::Analyze(args) => commands::analyze::run(&args),
+        Command::Calibrate(args) => commands::calibrate::run(&args),
+        Command::CheckConfig { file } => commands::check_config::run(&file),
+    }
 }

@@ -15,6 +15,7 @@
 //! ```
 
 pub mod cli;
+pub mod commands;
 pub mod engine_host;
 pub mod model;
 pub mod pipeline;
