@@ -16,6 +16,7 @@
 
 pub mod cli;
 pub mod commands;
+pub mod config;
 pub mod engine_host;
 pub mod model;
 pub mod pipeline;

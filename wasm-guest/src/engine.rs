@@ -2,16 +2,28 @@
 //!
 //! CONTRACT (shared by the WASM ABI, the plugin host and the tests; do not change the
 //! signatures without updating `abi` and `plugin/src/engine_host`).
+//!
+//! Each target is analysed independently ([`crate::target::Target`]); the engine only
+//! routes batches (one target lookup per batch), bounds the number of targets, restores
+//! per-batch time order, and collects the reports that become due.
+
+use std::collections::HashMap;
 
 use crate::event::SyscallEvent;
 use crate::params::{ParamError, Params};
 use crate::report::{Calibration, EngineCounters, Report};
+use crate::target::Target;
 
 /// Analyses syscall streams of many targets; all time comes from the events.
 #[derive(Debug)]
 pub struct Engine {
     params: Params,
     counters: EngineCounters,
+    targets: HashMap<String, Target>,
+    overrides: HashMap<String, Params>,
+    pending: Vec<Report>,
+    /// Reused buffer for batches that arrive out of time order.
+    scratch: Vec<SyscallEvent>,
 }
 
 impl Engine {
@@ -21,6 +33,10 @@ impl Engine {
         Ok(Self {
             params,
             counters: EngineCounters::default(),
+            targets: HashMap::new(),
+            overrides: HashMap::new(),
+            pending: Vec::new(),
+            scratch: Vec::new(),
         })
     }
 
@@ -30,39 +46,84 @@ impl Engine {
     }
 
     /// Per-target parameters (e.g. calibrated α/β); applies from the next evaluation.
-    pub fn set_target_params(&mut self, _target: &str, params: Params) -> Result<(), ParamError> {
-        params.validate()
+    pub fn set_target_params(&mut self, target: &str, params: Params) -> Result<(), ParamError> {
+        params.validate()?;
+        if let Some(t) = self.targets.get_mut(target) {
+            t.set_params(params.clone());
+        }
+        if self.overrides.len() < self.params.max_targets || self.overrides.contains_key(target) {
+            self.overrides.insert(target.to_string(), params);
+        }
+        Ok(())
     }
 
     /// Feeds a batch of one target's events. Continuous-mode reports that become due
     /// (in event time) are queued for [`Engine::take_reports`].
-    pub fn ingest(&mut self, _target: &str, events: &[SyscallEvent]) {
+    pub fn ingest(&mut self, target: &str, events: &[SyscallEvent]) {
         self.counters.events += events.len() as u64;
+        if events.is_empty() {
+            return;
+        }
+        if !self.targets.contains_key(target) {
+            if self.targets.len() >= self.params.max_targets {
+                self.counters.dropped_targets += 1;
+                return;
+            }
+            let p = self
+                .overrides
+                .get(target)
+                .cloned()
+                .unwrap_or_else(|| self.params.clone());
+            self.targets
+                .insert(target.to_string(), Target::new(target, p));
+        }
+        let Some(t) = self.targets.get_mut(target) else {
+            return;
+        };
+        // Restore time order inside the batch (sources may interleave CPUs); reordering
+        // across batches is handled (and counted) per thread by the pairing.
+        let sorted = events.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns);
+        let reports = if sorted {
+            t.ingest(events, &mut self.counters)
+        } else {
+            self.scratch.clear();
+            self.scratch.extend_from_slice(events);
+            self.scratch.sort_by_key(|e| e.ts_ns);
+            t.ingest(&self.scratch, &mut self.counters)
+        };
+        self.pending.extend(reports);
     }
 
     /// On-demand diagnosis: an external alarm says `target` became slow at `at_ns`.
-    pub fn trigger(&mut self, _target: &str, _at_ns: u64) -> Option<Report> {
-        None
+    pub fn trigger(&mut self, target: &str, at_ns: u64) -> Option<Report> {
+        let t = self.targets.get(target)?;
+        Some(t.trigger(at_ns, &self.counters))
     }
 
     /// Reports produced since the last call.
     pub fn take_reports(&mut self) -> Vec<Report> {
-        Vec::new()
+        std::mem::take(&mut self.pending)
     }
 
     /// End of stream: evaluates what is pending and returns the final reports.
     pub fn finish(&mut self) -> Vec<Report> {
-        Vec::new()
+        let mut out = std::mem::take(&mut self.pending);
+        let mut names: Vec<&String> = self.targets.keys().collect();
+        names.sort();
+        for n in names {
+            if let Some(t) = self.targets.get(n) {
+                out.push(t.finish(&self.counters));
+            }
+        }
+        out
     }
 
     /// Calibration on a stream recorded under a known external fault starting at
     /// `fault_start_ns` (or the detected onset when `None`).
-    pub fn calibrate(
-        &mut self,
-        _target: &str,
-        _fault_start_ns: Option<u64>,
-    ) -> Option<Calibration> {
-        None
+    pub fn calibrate(&mut self, target: &str, fault_start_ns: Option<u64>) -> Option<Calibration> {
+        self.targets
+            .get(target)?
+            .calibrate(fault_start_ns, &self.counters)
     }
 
     /// Pairing and bounding counters since start.
@@ -73,5 +134,19 @@ impl Engine {
     /// Approximate bytes of analysis state held (for the memory bound and benchmarks).
     pub fn state_bytes(&self) -> usize {
         std::mem::size_of::<Self>()
+            + self
+                .targets
+                .values()
+                .map(|t| t.bytes() + t.name.capacity())
+                .sum::<usize>()
+            + self.targets.capacity() * std::mem::size_of::<(String, Target)>()
+            + self.overrides.capacity() * std::mem::size_of::<(String, Params)>()
+            + self.scratch.capacity() * std::mem::size_of::<SyscallEvent>()
+            + self.pending.capacity() * std::mem::size_of::<Report>()
+    }
+
+    /// Threads tracked for `target` (for tests and benchmarks of the memory bound).
+    pub fn thread_count(&self, target: &str) -> usize {
+        self.targets.get(target).map_or(0, Target::thread_count)
     }
 }

@@ -14,11 +14,24 @@
 //! `SyscallEvent` → [`pairing`] (enter/exit → completed calls) → [`engine::Engine`]
 //! (per target: execution units, baselines, outlier detection) → [`report::Report`].
 
+pub mod abi;
+pub mod advice;
+pub mod detector;
+pub mod diagnosis;
 pub mod engine;
 pub mod event;
+pub mod hints;
+pub mod pairing;
 pub mod params;
+pub mod ranking;
 pub mod report;
+pub mod sketch;
+pub mod stats;
+pub mod symptoms;
+pub mod synth;
 pub mod syscalls;
+pub mod target;
+pub mod thread;
 
 pub use engine::Engine;
 pub use event::{EventKind, PerfCounters, SyscallEvent};

@@ -46,6 +46,36 @@ pub struct Params {
     pub sketch_width: usize,
     /// Rows (independent hashes) of that sketch.
     pub sketch_depth: usize,
+    /// Moving averages a baseline needs before it is trusted for testing (per thread and
+    /// syscall; the per-syscall pooled baseline needs 4× this).
+    pub min_baseline_samples: u32,
+    /// Clean epochs (cadence periods) a baseline must have learned before it is trusted:
+    /// its maximum must have seen enough normal variation.
+    pub min_baseline_epochs: u32,
+    /// Samples' worth of history a baseline keeps; older epochs are down-weighted so a
+    /// slowly drifting healthy workload keeps being learned.
+    pub baseline_max_samples: u32,
+    /// Exceedance runs of one series needed within `confirm_window_seconds` to confirm an
+    /// outlier (a run that lasts 2k moving averages confirms on its own): controls the
+    /// multiple-testing false alarms of testing every moving average.
+    pub confirm_runs: usize,
+    /// Time span within which `confirm_runs` exceedance runs confirm an outlier.
+    pub confirm_window_seconds: f64,
+    /// Smallest relative increase of execution time that can count as an outlier (0.5 = +50 %),
+    /// so very stable calls (tiny σ) do not alarm on harmless jitter.
+    pub min_time_increase: f64,
+    /// Smallest relative increase of call frequency that can count as an outlier (1.0 = 2×),
+    /// so ordinary bursts do not alarm while runaway loops do.
+    pub min_frequency_increase: f64,
+    /// Distinct syscalls tracked per thread (beyond it, calls are counted but not tested).
+    pub max_syscalls_per_thread: usize,
+    /// Calls a thread must make between the onset and onset + α to count as active (τ's
+    /// denominator): a thread parked in timed waits makes a handful and could not have
+    /// shown a direct impact; one extreme call in ~100 is what a CPU cap produces.
+    pub min_active_calls: u32,
+    /// Threads that must be affected before a target is declared anomalous (2: a single
+    /// thread's outlier is too weak evidence to page anyone; see EVALUATION.md).
+    pub min_affected_threads: usize,
 }
 
 impl Default for Params {
@@ -65,6 +95,16 @@ impl Default for Params {
             max_targets: 64,
             sketch_width: 1 << 14,
             sketch_depth: 4,
+            min_baseline_samples: 20,
+            min_baseline_epochs: 3,
+            baseline_max_samples: 4096,
+            confirm_runs: 3,
+            confirm_window_seconds: 1.0,
+            min_time_increase: 0.5,
+            min_frequency_increase: 1.0,
+            max_syscalls_per_thread: 24,
+            min_affected_threads: 2,
+            min_active_calls: 100,
         }
     }
 }
@@ -157,6 +197,52 @@ impl Params {
             ));
         }
         in_range("sketch_depth", self.sketch_depth, 1, 16)?;
+        in_range(
+            "min_baseline_samples",
+            self.min_baseline_samples as usize,
+            1,
+            1 << 20,
+        )?;
+        in_range(
+            "baseline_max_samples",
+            self.baseline_max_samples as usize,
+            self.min_baseline_samples as usize,
+            1 << 24,
+        )?;
+        in_range(
+            "min_baseline_epochs",
+            self.min_baseline_epochs as usize,
+            1,
+            1000,
+        )?;
+        in_range("confirm_runs", self.confirm_runs, 1, 8)?;
+        positive_seconds("confirm_window_seconds", self.confirm_window_seconds)?;
+        for (key, v) in [
+            ("min_time_increase", self.min_time_increase),
+            ("min_frequency_increase", self.min_frequency_increase),
+        ] {
+            if !(v.is_finite() && (0.0..=1000.0).contains(&v)) {
+                return Err(err(key, format!("must be in [0, 1000], got {v}")));
+            }
+        }
+        in_range(
+            "max_syscalls_per_thread",
+            self.max_syscalls_per_thread,
+            1,
+            1024,
+        )?;
+        in_range(
+            "min_active_calls",
+            self.min_active_calls as usize,
+            1,
+            1 << 24,
+        )?;
+        in_range(
+            "min_affected_threads",
+            self.min_affected_threads,
+            1,
+            1 << 20,
+        )?;
         Ok(())
     }
 

@@ -149,6 +149,12 @@ pub struct EngineCounters {
     pub out_of_order: u64,
     pub evicted_threads: u64,
     pub dropped_targets: u64,
+    /// Entries whose exit never came (a new entry of the same thread arrived first).
+    #[serde(default)]
+    pub lost_exits: u64,
+    /// Calls of a thread's syscalls beyond `max_syscalls_per_thread` (counted, not tested).
+    #[serde(default)]
+    pub untracked_calls: u64,
 }
 
 /// One diagnosis of one target over one window.
@@ -183,6 +189,30 @@ pub struct Report {
     pub events_analyzed: u64,
     pub counters: EngineCounters,
     pub parameters: Params,
+    /// τ's denominator: threads testable between the onset and onset + α (see
+    /// `diagnosis` module docs for why this, not "any call in the window").
+    #[serde(default)]
+    pub active_threads: u64,
+    /// Largest increase of the off-CPU gap between a thread's consecutive calls, over
+    /// the affected threads (the CPU-contention signal; not a syscall, so not ranked).
+    #[serde(default)]
+    pub cpu_gap_increase_ratio: Option<f64>,
+    /// The affected threads, earliest onset first (at most 32), so an operator can see
+    /// which threads and which call showed the impact.
+    #[serde(default)]
+    pub affected_threads: Vec<AffectedThread>,
+}
+
+/// One affected thread of a report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AffectedThread {
+    pub tid: u32,
+    /// σ: seconds from max(onset, start of its execution unit) to its first confirmed outlier.
+    pub onset_seconds: f64,
+    /// The call whose moving average confirmed first ("cpu_gap" for the time between calls).
+    pub syscall: String,
+    /// `time` or `frequency`.
+    pub channel: String,
 }
 
 /// α and β derived from a run under a known external fault (the paper's calibration).

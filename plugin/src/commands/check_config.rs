@@ -1,8 +1,67 @@
-//! `faultline check-config`: validate a config file.
+//! `faultline check-config`: validate a config file before deploying it, naming the wrong
+//! key and why (the same checks `faultline run` does at startup).
 
 use std::path::Path;
 
-/// Loads and validates `file`, naming the wrong key.
-pub fn run(_file: &Path) -> anyhow::Result<()> {
-    anyhow::bail!("`faultline check-config` is not implemented yet")
+use crate::config::{self, Config};
+
+/// Loads and validates `file` (with `FAULTLINE_…__…` overrides), prints a short summary.
+pub fn run(file: &Path) -> anyhow::Result<()> {
+    let cfg = config::load(Some(file)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    println!("{}: OK", file.display());
+    print!("{}", summary(&cfg));
+    Ok(())
+}
+
+/// What `run` would do with this config, one line per aspect.
+pub fn summary(cfg: &Config) -> String {
+    let mut out = String::new();
+    out.push_str(&format!("engine: {}\n", cfg.engine.kind.as_str()));
+    if cfg.targets.is_empty() {
+        out.push_str(&format!(
+            "targets: automatic (one per process/service name, at most {})\n",
+            cfg.analysis.max_targets
+        ));
+    } else {
+        let names: Vec<&str> = cfg.targets.iter().map(|t| t.name.as_str()).collect();
+        out.push_str(&format!("targets: {}\n", names.join(", ")));
+    }
+    let s = &cfg.sources;
+    let mut sources = Vec::new();
+    if s.otlp.enabled {
+        sources.push("otlp");
+    }
+    if s.perf.enabled {
+        sources.push("perf");
+    }
+    if s.lttng.enabled {
+        sources.push("lttng");
+    }
+    if s.replay.enabled {
+        sources.push("replay");
+    }
+    out.push_str(&format!("sources: {}\n", list_or_none(&sources)));
+    let k = &cfg.sinks;
+    let mut sinks = Vec::new();
+    let prom;
+    if k.prometheus.enabled {
+        prom = format!("prometheus ({})", k.prometheus.listen);
+        sinks.push(prom.as_str());
+    }
+    if k.json.enabled {
+        sinks.push("json");
+    }
+    if k.otlp.enabled {
+        sinks.push("otlp");
+    }
+    out.push_str(&format!("sinks: {}\n", list_or_none(&sinks)));
+    out
+}
+
+fn list_or_none(v: &[&str]) -> String {
+    if v.is_empty() {
+        "none".to_owned()
+    } else {
+        v.join(", ")
+    }
 }

@@ -3,4 +3,5 @@
 pub mod analyze;
 pub mod calibrate;
 pub mod check_config;
+pub mod offline;
 pub mod run;

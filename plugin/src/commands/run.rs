@@ -1,8 +1,61 @@
-//! `faultline run`: the long-lived plugin.
+//! `faultline run`: the long-lived plugin; the binary edge around [`crate::pipeline::runner`].
 
 use std::path::Path;
 
-/// Runs until SIGTERM/SIGINT.
-pub fn run(_config: Option<&Path>) -> anyhow::Result<()> {
-    anyhow::bail!("`faultline run` is not implemented yet")
+use anyhow::Context;
+
+use crate::config;
+use crate::pipeline::runner;
+
+/// Loads the config (built-in defaults without a file), runs until SIGTERM/SIGINT, and
+/// returns once the final reports are flushed.
+pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
+    init_logging();
+    let cfg = config::load(config_path).map_err(|e| match config_path {
+        Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
+        None => anyhow::anyhow!("{e}"),
+    })?;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("faultline-rt")
+        .build()
+        .context("cannot start the async runtime")?;
+    let summary = rt.block_on(async {
+        let shutdown = shutdown_signal().await?;
+        runner::run(cfg, shutdown, None)
+            .await
+            .map_err(anyhow::Error::from)
+    })?;
+    tracing::info!(
+        events = summary.engine.events,
+        reports = summary.engine.reports,
+        "stopped"
+    );
+    Ok(())
+}
+
+/// Logs go to stderr (stdout may carry JSON-lines reports); `RUST_LOG` filters, `info` by default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Another caller (tests, the CLI) may have installed a subscriber already; keep theirs.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+/// Resolves on the first SIGTERM or SIGINT. Handlers are installed before returning so a
+/// signal that arrives during startup is not lost.
+async fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    Ok(async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
+    })
 }

@@ -1,4 +1,9 @@
 //! Between sources and the engine: bounded queues, target routing and drop accounting.
 
+pub mod engine_task;
+pub mod latest;
 pub mod queue;
+pub mod report_sink;
+pub mod router;
+pub mod runner;
 pub mod telemetry;

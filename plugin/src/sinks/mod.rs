@@ -1,1 +1,6 @@
 //! Sinks: everything that publishes reports and counters.
+
+pub mod http;
+pub mod jsonl;
+pub mod otlp;
+pub mod prometheus;

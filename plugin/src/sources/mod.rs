@@ -4,6 +4,11 @@
 //! [`BatchReader`] so the same decoder serves offline `analyze` and live `run`;
 //! push sources (OTLP) feed a [`crate::pipeline::queue::BatchSender`] directly.
 
+pub mod input;
+pub mod lttng;
+pub mod otlp;
+pub mod perf;
+
 use crate::model::EventBatch;
 
 /// Most events a source puts in one batch, so queue capacity bounds memory.

@@ -1,0 +1,248 @@
+//! The offline path shared by `analyze` and `calibrate`: open a recorded trace, route
+//! its batches to targets and feed them through an engine, with a progress bar.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use faultline_engine::syscalls::Arch;
+use faultline_engine::{Engine, Params, Report};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::model::EventBatch;
+use crate::pipeline::telemetry::{DropReason, Telemetry};
+use crate::sources::perf::PerfScriptReader;
+use crate::sources::BatchReader;
+
+/// Inputs below this size get no progress bar (it would only flicker).
+const PROGRESS_MIN_BYTES: u64 = 8 << 20;
+
+/// Where a recorded trace comes from: `SOURCE:PATH`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InputSpec {
+    pub kind: InputKind,
+    pub path: PathBuf,
+}
+
+/// Recorded-trace formats `analyze` and `calibrate` read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InputKind {
+    /// `perf script` text of `raw_syscalls:sys_enter`/`sys_exit`.
+    Perf,
+    /// An LTTng kernel trace (CTF directory), decoded by babeltrace2.
+    Lttng,
+}
+
+impl std::str::FromStr for InputSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (kind, path) = s
+            .split_once(':')
+            .ok_or_else(|| format!("expected SOURCE:PATH (e.g. perf:trace.txt.zst), got `{s}`"))?;
+        let kind = match kind {
+            "perf" | "perf-script" => InputKind::Perf,
+            "lttng" | "ctf" => InputKind::Lttng,
+            other => {
+                return Err(format!(
+                    "unknown source `{other}`: expected `perf` or `lttng`"
+                ))
+            }
+        };
+        if path.is_empty() {
+            return Err("the PATH after SOURCE: is empty".into());
+        }
+        Ok(Self {
+            kind,
+            path: PathBuf::from(path),
+        })
+    }
+}
+
+/// Options common to the offline commands.
+#[derive(Debug, clap::Args)]
+pub struct OfflineArgs {
+    /// The trace: `perf:FILE` (perf script text; `.zst`/`.gz` read transparently, `-` for stdin) or `lttng:DIR`.
+    #[arg(long, short)]
+    pub input: InputSpec,
+    /// Analyse only processes with this command name (repeatable); default: each process name is its own target.
+    #[arg(long = "target", short = 't')]
+    pub targets: Vec<String>,
+    /// Architecture whose syscall numbers the trace carries (perf prints numbers).
+    #[arg(long, default_value = "x86_64", value_parser = parse_arch)]
+    pub arch: Arch,
+    /// Analysis parameters as a TOML/JSON file with the keys of `[analysis]` (see config/faultline.toml).
+    #[arg(long)]
+    pub params: Option<PathBuf>,
+    /// Override one analysis parameter, `KEY=VALUE` (repeatable), e.g. `--set alpha_seconds=0.8`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+    /// Never draw a progress bar.
+    #[arg(long)]
+    pub no_progress: bool,
+}
+
+fn parse_arch(s: &str) -> Result<Arch, String> {
+    crate::sources::perf::parse_arch(s)
+        .ok_or_else(|| format!("unknown architecture `{s}` (x86_64, aarch64)"))
+}
+
+/// Loads `[analysis]`-style parameters from `--params` and `--set`, validated.
+pub fn load_params(args: &OfflineArgs) -> anyhow::Result<Params> {
+    let mut value = match &args.params {
+        Some(path) => read_params_file(path)?,
+        None => serde_json::to_value(Params::default())?,
+    };
+    for kv in &args.overrides {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--set expects KEY=VALUE, got `{kv}`"))?;
+        let obj = value
+            .as_object_mut()
+            .context("parameters must be a table")?;
+        // Numbers and booleans as such, anything else as a string, so serde reports type errors by key.
+        let parsed =
+            serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
+        obj.insert(k.trim().to_string(), parsed);
+    }
+    let params: Params = serde_json::from_value(value).context("invalid analysis parameters")?;
+    params.validate()?;
+    Ok(params)
+}
+
+fn read_params_file(path: &Path) -> anyhow::Result<serde_json::Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let value: serde_json::Value = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))?
+    } else {
+        let parsed = config::Config::builder()
+            .add_source(config::File::from_str(&text, config::FileFormat::Toml))
+            .build()
+            .with_context(|| format!("parsing {}", path.display()))?;
+        // Accept both a bare parameter table and a full faultline config with `[analysis]`.
+        let analysis = parsed.get::<serde_json::Value>("analysis").ok();
+        match analysis {
+            Some(v) => v,
+            None => parsed
+                .try_deserialize()
+                .with_context(|| format!("parsing {}", path.display()))?,
+        }
+    };
+    Ok(value)
+}
+
+/// Opens the reader for `spec`; its counters land in `telemetry`.
+pub fn open_reader(
+    spec: &InputSpec,
+    arch: Arch,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Box<dyn BatchReader>> {
+    match spec.kind {
+        InputKind::Perf => {
+            let stats = telemetry.source("perf");
+            let reader = PerfScriptReader::open(&spec.path, arch, stats)
+                .with_context(|| format!("opening perf script text {}", spec.path.display()))?;
+            Ok(Box::new(reader))
+        }
+        InputKind::Lttng => open_lttng(&spec.path, telemetry),
+    }
+}
+
+fn open_lttng(path: &Path, _telemetry: &Telemetry) -> anyhow::Result<Box<dyn BatchReader>> {
+    bail!(
+        "LTTng input is not wired into `analyze` yet ({})",
+        path.display()
+    )
+}
+
+/// Routes batches to targets: by process name, optionally restricted to `--target` names.
+pub struct OfflineRouter {
+    only: Vec<String>,
+    max_targets: usize,
+    names: BTreeMap<String, ()>,
+}
+
+impl OfflineRouter {
+    pub fn new(only: Vec<String>, max_targets: usize) -> Self {
+        Self {
+            only,
+            max_targets,
+            names: BTreeMap::new(),
+        }
+    }
+
+    /// The target of `batch`, or why it has none.
+    pub fn route(&mut self, batch: &EventBatch) -> Result<String, DropReason> {
+        let name = batch
+            .process
+            .comm
+            .clone()
+            .or_else(|| batch.process.service_name.clone())
+            .or_else(|| batch.process.pid.map(|p| format!("pid-{p}")))
+            .unwrap_or_else(|| "unknown".to_string());
+        if !self.only.is_empty() && !self.only.iter().any(|t| *t == name) {
+            return Err(DropReason::NoTarget);
+        }
+        if !self.names.contains_key(&name) {
+            if self.names.len() >= self.max_targets {
+                return Err(DropReason::Capped);
+            }
+            self.names.insert(name.clone(), ());
+        }
+        Ok(name)
+    }
+
+    /// Targets seen so far, sorted.
+    pub fn targets(&self) -> Vec<String> {
+        self.names.keys().cloned().collect()
+    }
+}
+
+/// Feeds the whole input through `engine`, collecting continuous-mode reports as they
+/// come; the caller decides what ends the stream (finish, trigger, calibrate).
+pub fn drive(
+    args: &OfflineArgs,
+    engine: &mut Engine,
+    telemetry: &Telemetry,
+) -> anyhow::Result<(OfflineRouter, Vec<Report>, u64)> {
+    let mut reader = open_reader(&args.input, args.arch, telemetry)?;
+    let total = std::fs::metadata(&args.input.path)
+        .map(|m| m.len())
+        .unwrap_or(0);
+    let progress = progress_bar(total, args.no_progress);
+    let mut router = OfflineRouter::new(args.targets.clone(), engine.params().max_targets);
+    let mut reports = Vec::new();
+    let mut events = 0u64;
+    while let Some(batch) = reader.next_batch().context("reading the trace")? {
+        match router.route(&batch) {
+            Ok(target) => {
+                events += batch.events.len() as u64;
+                engine.ingest(&target, &batch.events);
+                reports.extend(engine.take_reports());
+            }
+            Err(reason) => telemetry
+                .source(batch.source)
+                .add_dropped(reason, batch.events.len() as u64),
+        }
+        if let Some(p) = &progress {
+            p.set_position(reader.bytes_read());
+        }
+    }
+    if let Some(p) = progress {
+        p.finish_and_clear();
+    }
+    Ok((router, reports, events))
+}
+
+fn progress_bar(total: u64, disabled: bool) -> Option<ProgressBar> {
+    use std::io::IsTerminal;
+    if disabled || total < PROGRESS_MIN_BYTES || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(total);
+    let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {wide_bar} {bytes}/{total_bytes} ({bytes_per_sec}, eta {eta})")
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    Some(bar)
+}

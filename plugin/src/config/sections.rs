@@ -1,0 +1,222 @@
+//! The section structs of the config file other than `[analysis]` and `[[targets]]`.
+//! Every struct has defaults so a partial file (or none) works, and rejects unknown keys
+//! so a typo is an error instead of a silently ignored setting.
+
+use std::path::PathBuf;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::sinks::otlp::OtlpSinkConfig;
+use crate::sources::otlp::OtlpSourceConfig;
+
+/// `[pipeline]`: the bounded hand-off between sources and the engine.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PipelineConfig {
+    /// Batches the engine queue holds (each at most 4096 events), bounding memory.
+    pub queue_capacity: usize,
+    /// With no events for this long (wall clock), the engine task drains pending reports.
+    pub idle_seconds: f64,
+    /// On SIGTERM, how long to wait for the queue to drain and the engine to finish.
+    pub shutdown_timeout_seconds: f64,
+}
+
+impl Default for PipelineConfig {
+    fn default() -> Self {
+        Self {
+            queue_capacity: 256,
+            idle_seconds: 5.0,
+            shutdown_timeout_seconds: 10.0,
+        }
+    }
+}
+
+/// `[sources]`: one sub-table per source kind.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SourcesConfig {
+    pub otlp: OtlpSourceSection,
+    pub perf: PerfSourceConfig,
+    pub lttng: LttngSourceConfig,
+    pub replay: ReplaySourceConfig,
+}
+
+/// `[sources.otlp]`: the OTLP receiver (gRPC 127.0.0.1:4317, HTTP 127.0.0.1:4318 by default).
+///
+/// `enabled` is ours; the other keys are the receiver's own [`OtlpSourceConfig`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
+pub struct OtlpSourceSection {
+    pub enabled: bool,
+    #[serde(flatten)]
+    pub receiver: OtlpSourceConfig,
+}
+
+impl Default for OtlpSourceSection {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            receiver: OtlpSourceConfig::default(),
+        }
+    }
+}
+
+/// `[sources.perf]`: live `perf trace` of running processes or of a command (off by default
+/// because it needs privileges).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PerfSourceConfig {
+    pub enabled: bool,
+    /// Trace these processes (`perf trace -p`).
+    pub pids: Vec<u32>,
+    /// Trace a whole cgroup (`perf trace -G`), e.g. a container's.
+    pub cgroup: Option<String>,
+    /// Start and trace this command (argv), instead of attaching.
+    pub command: Vec<String>,
+    /// The `perf` executable.
+    pub perf_binary: Option<PathBuf>,
+}
+
+/// `[sources.lttng]`: an LTTng session read through babeltrace2 (off by default).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LttngSourceConfig {
+    pub enabled: bool,
+    /// Live session URL, e.g. `net://localhost/host/myhost/mysession`.
+    pub relayd_url: Option<String>,
+    /// Or a CTF trace directory to read once.
+    pub trace_dir: Option<PathBuf>,
+    /// The `babeltrace2` executable.
+    pub babeltrace2_binary: Option<PathBuf>,
+}
+
+/// `[sources.replay]`: feed a recorded trace file as if it were live (demos, tests,
+/// re-running an incident); off by default.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReplaySourceConfig {
+    pub enabled: bool,
+    /// The recorded trace (`.zst`/`.gz` read transparently).
+    pub path: Option<PathBuf>,
+    /// Its format: `perf` (`perf script` text of syscall tracepoints).
+    pub format: ReplayFormat,
+    /// Architecture whose syscall numbers the trace carries (`x86_64`, `aarch64`).
+    pub arch: String,
+}
+
+impl Default for ReplaySourceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            path: None,
+            format: ReplayFormat::Perf,
+            arch: "x86_64".to_owned(),
+        }
+    }
+}
+
+/// Formats `[sources.replay]` reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReplayFormat {
+    /// `perf script` text of `raw_syscalls:sys_enter`/`sys_exit` (or per-call tracepoints).
+    #[default]
+    Perf,
+}
+
+/// `[sinks]`: one sub-table per sink.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SinksConfig {
+    pub prometheus: PrometheusSinkConfig,
+    pub json: JsonSinkConfig,
+    pub otlp: OtlpSinkSection,
+}
+
+/// `[sinks.prometheus]`: the HTTP endpoint with `/metrics`, `/report`, `/healthz`, `/trigger`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PrometheusSinkConfig {
+    pub enabled: bool,
+    /// `host:port` to listen on; loopback by default so nothing is exposed unasked.
+    pub listen: String,
+    /// Targets that get per-target series; reports of further targets are counted in
+    /// `faultline_series_capped_total` and only shown in `/report` if space frees up.
+    pub max_targets: usize,
+    /// Syscalls exported per target and per list (ranking, latency/rate).
+    pub max_syscalls: usize,
+}
+
+impl Default for PrometheusSinkConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            listen: "127.0.0.1:9464".to_owned(),
+            max_targets: 64,
+            max_syscalls: 20,
+        }
+    }
+}
+
+/// `[sinks.json]`: one JSON report per line, flushed per report (off by default).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JsonSinkConfig {
+    pub enabled: bool,
+    /// File to append to; stdout when absent or `-`.
+    pub path: Option<PathBuf>,
+}
+
+/// `[sinks.otlp]`: push metrics and verdicts to an OTLP endpoint (off by default).
+///
+/// `enabled` is ours; the other keys are the exporter's own [`OtlpSinkConfig`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Map<String, Value>")]
+pub struct OtlpSinkSection {
+    pub enabled: bool,
+    #[serde(flatten)]
+    pub exporter: OtlpSinkConfig,
+}
+
+/// Splits our `enabled` flag off a section and deserializes the rest as the component's
+/// own config. Done by hand because `#[serde(flatten)]` silently ignores unknown keys.
+fn split_enabled<T: DeserializeOwned>(
+    mut map: Map<String, Value>,
+    default_enabled: bool,
+) -> Result<(bool, T), String> {
+    let enabled = match map.remove("enabled") {
+        None => default_enabled,
+        Some(Value::Bool(b)) => b,
+        // Environment overrides arrive as strings when not parsed.
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("true") => true,
+        Some(Value::String(s)) if s.eq_ignore_ascii_case("false") => false,
+        Some(other) => return Err(format!("enabled: expected true or false, got {other}")),
+    };
+    let rest = serde_path_to_error::deserialize(Value::Object(map)).map_err(|e| {
+        let path = e.path().to_string();
+        if path == "." {
+            e.into_inner().to_string()
+        } else {
+            format!("{path}: {}", e.into_inner())
+        }
+    })?;
+    Ok((enabled, rest))
+}
+
+impl TryFrom<Map<String, Value>> for OtlpSourceSection {
+    type Error = String;
+    fn try_from(map: Map<String, Value>) -> Result<Self, String> {
+        let (enabled, receiver) = split_enabled(map, true)?;
+        Ok(Self { enabled, receiver })
+    }
+}
+
+impl TryFrom<Map<String, Value>> for OtlpSinkSection {
+    type Error = String;
+    fn try_from(map: Map<String, Value>) -> Result<Self, String> {
+        let (enabled, exporter) = split_enabled(map, false)?;
+        Ok(Self { enabled, exporter })
+    }
+}

@@ -1,0 +1,521 @@
+//! The engine as a WASM module in wasmtime (`[engine] kind = "wasm"`, the default).
+//!
+//! The module is built by `build.rs` and embedded in the binary; it is compiled once per
+//! host. Each call runs under a memory cap (`StoreLimits`) and, when configured, a
+//! wall-clock deadline (epoch interruption) and a fuel budget. A trap of any kind is
+//! logged, counted, and answered by re-instantiating the guest with the same default and
+//! per-target parameters; the failed call returns [`HostError::Trap`] so the caller counts
+//! what it lost, and the next call is served by the fresh guest.
+//!
+//! See `wasm-guest/ABI.md` for the exports this drives.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use faultline_engine::abi::batch::encode_batch;
+use faultline_engine::abi::{Status, TargetParams, ABI_VERSION};
+use faultline_engine::report::{Calibration, EngineCounters};
+use faultline_engine::{Params, Report, SyscallEvent};
+use serde::de::DeserializeOwned;
+use wasmtime::{
+    Config, Engine as WasmEngine, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder,
+    TypedFunc,
+};
+
+use super::{EngineHost, EngineKind, HostConfig, HostError};
+use crate::pipeline::telemetry::Telemetry;
+
+/// The engine compiled to `wasm32-unknown-unknown` by `build.rs`.
+pub static GUEST_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/faultline_engine.wasm"));
+
+/// Smallest argument buffer allocated in the guest; grown by doubling.
+const MIN_ARG_BUFFER: u32 = 64 << 10;
+
+/// Why one guest call failed, before it is turned into a [`HostError`].
+enum CallFail {
+    /// The guest trapped or wasmtime refused the call: the instance is no longer trusted.
+    Wasm(wasmtime::Error),
+    /// The guest answered with an error status.
+    Status {
+        status: &'static str,
+        message: String,
+    },
+    /// The guest's JSON answer did not parse.
+    Decode(String),
+}
+
+impl From<wasmtime::Error> for CallFail {
+    fn from(e: wasmtime::Error) -> Self {
+        CallFail::Wasm(e)
+    }
+}
+
+/// The typed exports of one instance.
+struct Exports {
+    alloc: TypedFunc<u32, u32>,
+    free: TypedFunc<(u32, u32), ()>,
+    init: TypedFunc<(u32, u32), i32>,
+    set_target_params: TypedFunc<(u32, u32), i32>,
+    ingest: TypedFunc<(u32, u32), i32>,
+    trigger: TypedFunc<(u32, u32, u64), i32>,
+    take_reports: TypedFunc<(), i32>,
+    finish: TypedFunc<(), i32>,
+    calibrate: TypedFunc<(u32, u32, u32, u64), i32>,
+    counters: TypedFunc<(), i32>,
+    state_bytes: TypedFunc<(), u64>,
+    result_ptr: TypedFunc<(), u32>,
+    result_len: TypedFunc<(), u32>,
+}
+
+impl Exports {
+    fn resolve(store: &mut Store<StoreLimits>, inst: &Instance) -> wasmtime::Result<Self> {
+        Ok(Self {
+            alloc: inst.get_typed_func(&mut *store, "fl_alloc")?,
+            free: inst.get_typed_func(&mut *store, "fl_free")?,
+            init: inst.get_typed_func(&mut *store, "fl_init")?,
+            set_target_params: inst.get_typed_func(&mut *store, "fl_set_target_params")?,
+            ingest: inst.get_typed_func(&mut *store, "fl_ingest")?,
+            trigger: inst.get_typed_func(&mut *store, "fl_trigger")?,
+            take_reports: inst.get_typed_func(&mut *store, "fl_take_reports")?,
+            finish: inst.get_typed_func(&mut *store, "fl_finish")?,
+            calibrate: inst.get_typed_func(&mut *store, "fl_calibrate")?,
+            counters: inst.get_typed_func(&mut *store, "fl_counters")?,
+            state_bytes: inst.get_typed_func(&mut *store, "fl_state_bytes")?,
+            result_ptr: inst.get_typed_func(&mut *store, "fl_result_ptr")?,
+            result_len: inst.get_typed_func(&mut *store, "fl_result_len")?,
+        })
+    }
+}
+
+/// Limits applied before every call.
+#[derive(Clone, Copy)]
+struct CallBudget {
+    fuel: Option<u64>,
+    epoch_ticks: Option<u64>,
+}
+
+/// One live instance of the guest.
+struct Guest {
+    store: Store<StoreLimits>,
+    memory: Memory,
+    fx: Exports,
+    /// Reused argument buffer in guest memory (pointer, capacity).
+    arg: Option<(u32, u32)>,
+    budget: CallBudget,
+}
+
+impl Guest {
+    fn instantiate(
+        engine: &WasmEngine,
+        module: &Module,
+        memory_limit: usize,
+        budget: CallBudget,
+    ) -> wasmtime::Result<Self> {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(memory_limit)
+            .memories(1)
+            .instances(1)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut store = Store::new(engine, limits);
+        store.limiter(|l| l);
+        // Instantiation runs the guest's start code: under the same budget as a call.
+        if let Some(f) = budget.fuel {
+            store.set_fuel(f)?;
+        }
+        if let Some(t) = budget.epoch_ticks {
+            store.set_epoch_deadline(t);
+        }
+        let inst = Instance::new(&mut store, module, &[])?;
+        let memory = inst
+            .get_memory(&mut store, "memory")
+            .ok_or_else(|| wasmtime::format_err!("the guest exports no `memory`"))?;
+        let fx = Exports::resolve(&mut store, &inst)?;
+        let version: TypedFunc<(), u32> = inst.get_typed_func(&mut store, "fl_abi_version")?;
+        let v = version.call(&mut store, ())?;
+        if v != ABI_VERSION {
+            wasmtime::bail!("the guest speaks ABI version {v}, this host {ABI_VERSION}");
+        }
+        Ok(Self {
+            store,
+            memory,
+            fx,
+            arg: None,
+            budget,
+        })
+    }
+
+    /// Resets the per-call CPU budget (fuel) and deadline (epoch).
+    fn arm(&mut self) -> wasmtime::Result<()> {
+        if let Some(f) = self.budget.fuel {
+            self.store.set_fuel(f)?;
+        }
+        if let Some(t) = self.budget.epoch_ticks {
+            self.store.set_epoch_deadline(t);
+        }
+        Ok(())
+    }
+
+    /// Copies `bytes` into the guest's argument buffer: the one host→guest copy of a call.
+    fn write_arg(&mut self, bytes: &[u8]) -> Result<(u32, u32), CallFail> {
+        let len = u32::try_from(bytes.len()).map_err(|_| CallFail::Status {
+            status: "bad_argument",
+            message: format!("argument of {} bytes exceeds 4 GiB", bytes.len()),
+        })?;
+        let ptr = match self.arg {
+            Some((ptr, cap)) if cap >= len => ptr,
+            old => {
+                if let Some((ptr, cap)) = old {
+                    self.arg = None;
+                    self.fx.free.call(&mut self.store, (ptr, cap))?;
+                }
+                let cap = len
+                    .max(MIN_ARG_BUFFER)
+                    .checked_next_power_of_two()
+                    .unwrap_or(len);
+                let ptr = self.fx.alloc.call(&mut self.store, cap)?;
+                if ptr == 0 {
+                    return Err(CallFail::Status {
+                        status: Status::OutOfMemory.as_str(),
+                        message: format!("guest could not allocate {cap} bytes"),
+                    });
+                }
+                self.arg = Some((ptr, cap));
+                ptr
+            }
+        };
+        self.memory
+            .write(&mut self.store, ptr as usize, bytes)
+            .map_err(|e| CallFail::Wasm(e.into()))?;
+        Ok((ptr, len))
+    }
+
+    /// The last call's result bytes, borrowed from guest memory.
+    fn result(&mut self) -> Result<&[u8], CallFail> {
+        let ptr = self.fx.result_ptr.call(&mut self.store, ())? as usize;
+        let len = self.fx.result_len.call(&mut self.store, ())? as usize;
+        self.memory
+            .data(&self.store)
+            .get(ptr..ptr.saturating_add(len))
+            .ok_or_else(|| {
+                CallFail::Wasm(wasmtime::format_err!(
+                    "guest result {ptr}+{len} lies outside its memory"
+                ))
+            })
+    }
+
+    /// Turns a status code into `Ok` or the guest's error message.
+    fn check(&mut self, code: i32) -> Result<(), CallFail> {
+        if code == Status::Ok as i32 {
+            return Ok(());
+        }
+        let status = Status::from_code(code).map_or("unknown", Status::as_str);
+        let message = String::from_utf8_lossy(self.result()?).into_owned();
+        Err(CallFail::Status { status, message })
+    }
+
+    fn json<T: DeserializeOwned>(&mut self) -> Result<T, CallFail> {
+        serde_json::from_slice(self.result()?).map_err(|e| CallFail::Decode(e.to_string()))
+    }
+
+    fn init(&mut self, params_json: &[u8]) -> Result<(), CallFail> {
+        let (p, l) = self.write_arg(params_json)?;
+        let code = self.fx.init.call(&mut self.store, (p, l))?;
+        self.check(code)
+    }
+
+    fn set_target_params(&mut self, json: &[u8]) -> Result<(), CallFail> {
+        let (p, l) = self.write_arg(json)?;
+        let code = self.fx.set_target_params.call(&mut self.store, (p, l))?;
+        self.check(code)
+    }
+}
+
+/// Resolution of the per-call deadline: the epoch advances this often.
+const EPOCH_TICK: Duration = Duration::from_millis(10);
+
+/// A wasmtime engine with the guest compiled for it, shared by every host of the process
+/// that uses the same metering: compiling the guest takes seconds, instantiating it
+/// microseconds.
+struct Compiled {
+    engine: WasmEngine,
+    module: Module,
+}
+
+/// Compiled guests by (fuel metering, epoch deadline).
+static COMPILED: Mutex<Vec<((bool, bool), Arc<Compiled>)>> = Mutex::new(Vec::new());
+
+fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
+    let mut cache = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, c)) = cache.iter().find(|(k, _)| *k == (fuel, epoch)) {
+        return Ok(c.clone());
+    }
+    let mut wcfg = Config::new();
+    wcfg.consume_fuel(fuel);
+    wcfg.epoch_interruption(epoch);
+    let engine = WasmEngine::new(&wcfg)
+        .map_err(|e| HostError::Unavailable(format!("wasmtime engine: {e}")))?;
+    let module = Module::new(&engine, GUEST_WASM)
+        .map_err(|e| HostError::Unavailable(format!("cannot compile the guest: {e}")))?;
+    if epoch {
+        // One timer per engine for the life of the process; it only bumps a counter.
+        let ticking = engine.clone();
+        std::thread::Builder::new()
+            .name("faultline-epoch".into())
+            .spawn(move || loop {
+                std::thread::sleep(EPOCH_TICK);
+                ticking.increment_epoch();
+            })
+            .map_err(|e| HostError::Unavailable(format!("cannot start the epoch timer: {e}")))?;
+    }
+    let c = Arc::new(Compiled { engine, module });
+    cache.push(((fuel, epoch), c.clone()));
+    Ok(c)
+}
+
+/// The engine in a wasmtime sandbox, restarted on traps.
+pub struct WasmHost {
+    compiled: Arc<Compiled>,
+    memory_limit: usize,
+    budget: CallBudget,
+    /// Replayed into every new instance.
+    params: Params,
+    params_json: Vec<u8>,
+    target_params: BTreeMap<String, Params>,
+    /// `None` after a trap whose restart failed; the next call retries.
+    guest: Option<Guest>,
+    telemetry: Arc<Telemetry>,
+    /// Reused encode buffer for event batches.
+    batch: Vec<u8>,
+}
+
+impl std::fmt::Debug for WasmHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmHost")
+            .field("memory_limit", &self.memory_limit)
+            .field("running", &self.guest.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WasmHost {
+    /// Compiles the embedded guest and starts one instance with default parameters `params`.
+    pub fn new(
+        config: &HostConfig,
+        params: Params,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<Self, HostError> {
+        config.validate()?;
+        params.validate()?;
+        let compiled = compiled(
+            config.fuel_per_call.is_some(),
+            config.call_timeout_ms.is_some(),
+        )?;
+        let epoch_ticks = config
+            .call_timeout_ms
+            .map(|ms| ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1));
+        let params_json = serde_json::to_vec(&params).map_err(|e| HostError::Decode {
+            call: "init",
+            message: e.to_string(),
+        })?;
+        let mut host = Self {
+            compiled,
+            // Validated to be at most 4 GiB.
+            memory_limit: usize::try_from(config.memory_limit_bytes).unwrap_or(usize::MAX),
+            budget: CallBudget {
+                fuel: config.fuel_per_call,
+                epoch_ticks,
+            },
+            params,
+            params_json,
+            target_params: BTreeMap::new(),
+            guest: None,
+            telemetry,
+            batch: Vec::new(),
+        };
+        host.guest = Some(host.start_guest()?);
+        Ok(host)
+    }
+
+    /// A fresh instance with the default and per-target parameters applied.
+    fn start_guest(&self) -> Result<Guest, HostError> {
+        let unavailable = |what: &str, e: String| HostError::Unavailable(format!("{what}: {e}"));
+        let mut g = Guest::instantiate(
+            &self.compiled.engine,
+            &self.compiled.module,
+            self.memory_limit,
+            self.budget,
+        )
+        .map_err(|e| unavailable("cannot instantiate the guest", e.to_string()))?;
+        let describe = |f: CallFail| match f {
+            CallFail::Wasm(e) => e.to_string(),
+            CallFail::Status { status, message } => format!("{status}: {message}"),
+            CallFail::Decode(m) => m,
+        };
+        g.arm()
+            .map_err(|e| unavailable("cannot arm the guest", e.to_string()))?;
+        g.init(&self.params_json)
+            .map_err(|f| unavailable("guest init failed", describe(f)))?;
+        for (target, params) in &self.target_params {
+            let json = serde_json::to_vec(&TargetParams {
+                target: target.clone(),
+                params: params.clone(),
+            })
+            .map_err(|e| unavailable("cannot encode target params", e.to_string()))?;
+            g.arm()
+                .map_err(|e| unavailable("cannot arm the guest", e.to_string()))?;
+            g.set_target_params(&json)
+                .map_err(|f| unavailable("replaying target params failed", describe(f)))?;
+        }
+        Ok(g)
+    }
+
+    /// Runs one guest operation under the call budget; a trap restarts the guest.
+    fn call<R>(
+        &mut self,
+        call: &'static str,
+        op: impl FnOnce(&mut Guest, &mut Vec<u8>) -> Result<R, CallFail>,
+    ) -> Result<R, HostError> {
+        if self.guest.is_none() {
+            self.guest = Some(self.start_guest()?);
+            self.telemetry.add_guest_restart();
+        }
+        let Some(guest) = self.guest.as_mut() else {
+            return Err(HostError::Unavailable("no guest instance".into()));
+        };
+        let outcome = match guest.arm() {
+            Ok(()) => op(guest, &mut self.batch),
+            Err(e) => Err(CallFail::Wasm(e)),
+        };
+        match outcome {
+            Ok(r) => Ok(r),
+            Err(CallFail::Status { status, message }) => Err(HostError::Guest {
+                call,
+                status,
+                message,
+            }),
+            Err(CallFail::Decode(message)) => Err(HostError::Decode { call, message }),
+            Err(CallFail::Wasm(e)) => {
+                let message = format!("{e:#}");
+                tracing::error!(call, error = %message, "engine guest trapped; restarting it");
+                self.telemetry.add_guest_trap();
+                self.guest = None;
+                match self.start_guest() {
+                    Ok(g) => {
+                        self.guest = Some(g);
+                        self.telemetry.add_guest_restart();
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "engine guest restart failed; retrying on the next call");
+                    }
+                }
+                Err(HostError::Trap { call, message })
+            }
+        }
+    }
+
+    /// Bytes of the guest's linear memory (what the memory limit caps).
+    pub fn guest_memory_bytes(&self) -> usize {
+        self.guest
+            .as_ref()
+            .map_or(0, |g| g.memory.data_size(&g.store))
+    }
+}
+
+impl EngineHost for WasmHost {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Wasm
+    }
+
+    fn set_target_params(&mut self, target: &str, params: Params) -> Result<(), HostError> {
+        params.validate()?;
+        if !self.target_params.contains_key(target)
+            && self.target_params.len() >= self.params.max_targets
+        {
+            return Err(HostError::Guest {
+                call: "set_target_params",
+                status: Status::BadArgument.as_str(),
+                message: format!(
+                    "per-target parameters are capped at max_targets = {}",
+                    self.params.max_targets
+                ),
+            });
+        }
+        let json = serde_json::to_vec(&TargetParams {
+            target: target.to_owned(),
+            params: params.clone(),
+        })
+        .map_err(|e| HostError::Encode(e.to_string()))?;
+        self.call("set_target_params", |g, _| g.set_target_params(&json))?;
+        // Remembered only once accepted, so a restart replays what the guest had.
+        self.target_params.insert(target.to_owned(), params);
+        Ok(())
+    }
+
+    fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
+        encode_batch(target, events, &mut self.batch)
+            .map_err(|e| HostError::Encode(e.to_string()))?;
+        self.call("ingest", |g, batch| {
+            let (p, l) = g.write_arg(batch)?;
+            let code = g.fx.ingest.call(&mut g.store, (p, l))?;
+            g.check(code)
+        })
+    }
+
+    fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError> {
+        self.call("trigger", |g, _| {
+            let (p, l) = g.write_arg(target.as_bytes())?;
+            let code = g.fx.trigger.call(&mut g.store, (p, l, at_ns))?;
+            g.check(code)?;
+            g.json()
+        })
+    }
+
+    fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
+        self.call("take_reports", |g, _| {
+            let code = g.fx.take_reports.call(&mut g.store, ())?;
+            g.check(code)?;
+            g.json()
+        })
+    }
+
+    fn finish(&mut self) -> Result<Vec<Report>, HostError> {
+        self.call("finish", |g, _| {
+            let code = g.fx.finish.call(&mut g.store, ())?;
+            g.check(code)?;
+            g.json()
+        })
+    }
+
+    fn calibrate(
+        &mut self,
+        target: &str,
+        fault_start_ns: Option<u64>,
+    ) -> Result<Option<Calibration>, HostError> {
+        self.call("calibrate", |g, _| {
+            let (p, l) = g.write_arg(target.as_bytes())?;
+            let has = u32::from(fault_start_ns.is_some());
+            let code =
+                g.fx.calibrate
+                    .call(&mut g.store, (p, l, has, fault_start_ns.unwrap_or(0)))?;
+            g.check(code)?;
+            g.json()
+        })
+    }
+
+    fn counters(&mut self) -> Result<EngineCounters, HostError> {
+        self.call("counters", |g, _| {
+            let code = g.fx.counters.call(&mut g.store, ())?;
+            g.check(code)?;
+            g.json()
+        })
+    }
+
+    fn state_bytes(&mut self) -> Result<usize, HostError> {
+        self.call("state_bytes", |g, _| {
+            let n = g.fx.state_bytes.call(&mut g.store, ())?;
+            Ok(usize::try_from(n).unwrap_or(usize::MAX))
+        })
+    }
+}

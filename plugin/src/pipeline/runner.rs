@@ -1,0 +1,339 @@
+//! `faultline run` wiring: sources → bounded queue → engine thread → sinks, plus the HTTP
+//! endpoint, and an orderly shutdown (stop sources, drain the queue, finish the engine,
+//! flush the sinks) when the shutdown future resolves.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use super::engine_task::{EngineTask, EngineTaskSummary};
+use super::latest::{LatestReports, LatestReportsSink};
+use super::queue::{self, BatchSender};
+use super::report_sink::ReportSink;
+use super::router::Router;
+use super::telemetry::Telemetry;
+use crate::config::{Config, ConfigError, ReplayFormat};
+use crate::engine_host::{self, EngineHost};
+use crate::sinks::http::{self, HttpState};
+use crate::sinks::jsonl::JsonLinesSink;
+use crate::sinks::otlp::OtlpSink;
+use crate::sinks::prometheus;
+use crate::sources::otlp::{self, OtlpServer};
+use crate::sources::perf::{parse_arch, PerfScriptReader};
+use crate::sources::BatchReader;
+
+/// Commands queued towards the engine from HTTP (`/trigger`); small, callers get 503 when full.
+const COMMAND_QUEUE: usize = 16;
+
+/// Why `run` could not start or did not stop cleanly.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("cannot start the engine: {0}")]
+    Engine(String),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("cannot open {what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{0} is not available in this build yet")]
+    Unsupported(&'static str),
+    #[error(transparent)]
+    Otlp(#[from] otlp::OtlpSourceError),
+    #[error("cannot start the OTLP sink: {0}")]
+    OtlpSink(String),
+    #[error("shutdown did not complete within {0:?}; reports may be lost")]
+    ShutdownTimeout(Duration),
+}
+
+/// What a run did, for the final log line and tests.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunSummary {
+    pub engine: EngineTaskSummary,
+}
+
+/// Called once the HTTP endpoint is bound, with its real address (port 0 resolved).
+pub type OnListening = Box<dyn FnOnce(SocketAddr) + Send>;
+
+/// Runs the pipeline described by `cfg` until `shutdown` resolves, then shuts down in order.
+pub async fn run(
+    cfg: Config,
+    shutdown: impl Future<Output = ()>,
+    on_listening: Option<OnListening>,
+) -> Result<RunSummary, RunError> {
+    let telemetry = Arc::new(Telemetry::default());
+    let engine = build_engine(&cfg, &telemetry)?;
+    let router = Router::new(&cfg.targets, cfg.analysis.max_targets);
+    let mut target_params = Vec::with_capacity(cfg.targets.len());
+    for (i, t) in cfg.targets.iter().enumerate() {
+        target_params.push((
+            t.name.trim().to_owned(),
+            t.effective_params(&cfg.analysis, i)?,
+        ));
+    }
+
+    let latest = Arc::new(LatestReports::new(cfg.analysis.max_targets));
+    let mut sinks: Vec<Box<dyn ReportSink>> = vec![Box::new(LatestReportsSink(latest.clone()))];
+    let exporter = if cfg.sinks.prometheus.enabled {
+        let (sink, exporter) = prometheus::new(&cfg.sinks.prometheus, telemetry.clone());
+        sinks.push(Box::new(sink));
+        Some(exporter)
+    } else {
+        None
+    };
+    if cfg.sinks.json.enabled {
+        let path = cfg.sinks.json.path.as_deref();
+        let sink = JsonLinesSink::open(path).map_err(|source| RunError::Io {
+            what: path.map_or("stdout".into(), |p| p.display().to_string()),
+            source,
+        })?;
+        sinks.push(Box::new(sink));
+    }
+    let otlp_sink = if cfg.sinks.otlp.enabled {
+        let sink = OtlpSink::start(cfg.sinks.otlp.exporter.clone(), telemetry.clone())
+            .map_err(|e| RunError::OtlpSink(e.to_string()))?;
+        tracing::info!(endpoint = %cfg.sinks.otlp.exporter.endpoint(), "pushing OTLP metrics");
+        let sink = Arc::new(sink);
+        sinks.push(Box::new(SharedOtlpSink(sink.clone())));
+        Some(sink)
+    } else {
+        None
+    };
+
+    let (tx, rx) = queue::bounded(cfg.pipeline.queue_capacity);
+    let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
+    let idle = Duration::from_secs_f64(cfg.pipeline.idle_seconds);
+    let task = EngineTask::new(
+        engine,
+        router,
+        target_params,
+        sinks,
+        telemetry.clone(),
+        idle,
+    )
+    .map_err(|e| RunError::Engine(e.to_string()))?;
+    let engine_alive = task.alive_flag();
+    let handle = Handle::current();
+    let engine_thread = std::thread::Builder::new()
+        .name("faultline-engine".into())
+        .spawn(move || task.run(handle, rx, cmd_rx))
+        .map_err(|source| RunError::Io {
+            what: "engine thread".into(),
+            source,
+        })?;
+
+    // The HTTP server outlives the sources so `/report` shows the final reports while
+    // the engine finishes; it stops last.
+    let (http_stop, http_stop_rx) = watch::channel(false);
+    let mut http_task = None;
+    if let Some(exporter) = exporter {
+        let addr: SocketAddr = cfg.sinks.prometheus.listen.parse().map_err(|_| {
+            ConfigError::invalid("sinks.prometheus.listen", "must be an `ip:port` address")
+        })?;
+        let (listener, local) = http::bind(addr).await.map_err(|source| RunError::Listen {
+            addr: addr.to_string(),
+            source,
+        })?;
+        tracing::info!(metrics_address = %local, "serving /metrics, /report, /healthz, /trigger");
+        if let Some(f) = on_listening {
+            f(local);
+        }
+        let state = HttpState {
+            exporter,
+            latest,
+            commands: cmd_tx.clone(),
+            engine_alive,
+        };
+        let stop = wait_true(http_stop_rx);
+        http_task = Some(tokio::spawn(async move {
+            if let Err(e) = http::serve(listener, state, stop).await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+        }));
+    }
+    drop(cmd_tx);
+
+    let stop_sources = Arc::new(AtomicBool::new(false));
+    let sources = start_sources(&cfg, &tx, &telemetry, &stop_sources)?;
+    let otlp_server = start_otlp(&cfg, &tx, &telemetry).await?;
+
+    shutdown.await;
+    tracing::info!("shutting down: stopping sources, draining the queue");
+    let limit = Duration::from_secs_f64(cfg.pipeline.shutdown_timeout_seconds);
+    stop_sources.store(true, Ordering::Relaxed);
+    if let Some(server) = otlp_server {
+        server.stop();
+        match tokio::time::timeout(limit, server.wait()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "OTLP receiver stopped with an error"),
+            Err(_) => tracing::warn!("OTLP receiver did not stop in time"),
+        }
+    }
+    for s in sources {
+        if tokio::time::timeout(limit, s).await.is_err() {
+            tracing::warn!("a source did not stop in time");
+        }
+    }
+    // Last sender gone: the engine thread drains what is queued, finishes and flushes.
+    drop(tx);
+    let joined = tokio::time::timeout(
+        limit,
+        tokio::task::spawn_blocking(move || engine_thread.join()),
+    )
+    .await;
+    // The engine thread has dropped its handle: push the last metrics and verdict logs.
+    if let Some(sink) = otlp_sink.and_then(|s| Arc::into_inner(s)) {
+        match tokio::time::timeout(limit, sink.shutdown()).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "OTLP sink failed to flush"),
+            Err(_) => tracing::warn!("OTLP sink did not flush in time"),
+        }
+    }
+    let _ = http_stop.send(true);
+    if let Some(h) = http_task {
+        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
+    }
+    match joined {
+        Ok(Ok(Ok(summary))) => Ok(RunSummary { engine: summary }),
+        Ok(_) => Err(RunError::Engine("the engine thread panicked".into())),
+        Err(_) => Err(RunError::ShutdownTimeout(limit)),
+    }
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) {
+    while !*rx.borrow() {
+        if rx.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The configured engine host (WASM sandbox by default).
+fn build_engine(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Box<dyn EngineHost>, RunError> {
+    let host = engine_host::build_host(&cfg.engine, cfg.analysis.clone(), telemetry.clone())
+        .map_err(|e| RunError::Engine(e.to_string()))?;
+    tracing::info!(kind = host.kind().as_str(), "engine started");
+    Ok(host)
+}
+
+/// Starts every enabled source; each gets its own [`BatchSender`] (its drops are counted
+/// against it) and stops when `stop` is set or its input ends.
+fn start_sources(
+    cfg: &Config,
+    tx: &mpsc::Sender<crate::model::EventBatch>,
+    telemetry: &Arc<Telemetry>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, RunError> {
+    let mut handles = Vec::new();
+    let s = &cfg.sources;
+    if s.perf.enabled {
+        // TODO(sources): live `perf trace` spawn helper.
+        return Err(RunError::Unsupported("sources.perf (live)"));
+    }
+    if s.lttng.enabled {
+        // TODO(sources): LTTng live / trace-dir reader.
+        return Err(RunError::Unsupported("sources.lttng"));
+    }
+    if s.replay.enabled {
+        let path = s
+            .replay
+            .path
+            .clone()
+            .ok_or_else(|| ConfigError::invalid("sources.replay.path", "required"))?;
+        let arch = parse_arch(&s.replay.arch)
+            .ok_or_else(|| ConfigError::invalid("sources.replay.arch", "unknown architecture"))?;
+        let stats = telemetry.source("perf");
+        let reader: Box<dyn BatchReader> = match s.replay.format {
+            ReplayFormat::Perf => Box::new(
+                PerfScriptReader::open(&path, arch, stats.clone()).map_err(|e| RunError::Io {
+                    what: path.display().to_string(),
+                    source: std::io::Error::other(e.to_string()),
+                })?,
+            ),
+        };
+        let sender = BatchSender::new(tx.clone(), stats);
+        let stop = stop.clone();
+        handles.push(tokio::task::spawn_blocking(move || {
+            replay(reader, &sender, &stop)
+        }));
+    }
+    Ok(handles)
+}
+
+/// Pull source loop: backpressure (a full queue) slows the reader instead of dropping.
+fn replay(mut reader: Box<dyn BatchReader>, sender: &BatchSender, stop: &AtomicBool) {
+    let mut batches = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match reader.next_batch() {
+            Ok(Some(b)) => {
+                if sender.blocking_send(b).is_err() {
+                    break;
+                }
+                batches += 1;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "replay source failed");
+                break;
+            }
+        }
+    }
+    tracing::info!(batches, "replay source finished");
+}
+
+/// Starts the OTLP receiver (gRPC and HTTP) when enabled; each front end gets its own
+/// sender so drops are labelled `otlp_grpc` / `otlp_http`.
+async fn start_otlp(
+    cfg: &Config,
+    tx: &mpsc::Sender<crate::model::EventBatch>,
+    telemetry: &Arc<Telemetry>,
+) -> Result<Option<OtlpServer>, RunError> {
+    if !cfg.sources.otlp.enabled {
+        return Ok(None);
+    }
+    let grpc = BatchSender::new(tx.clone(), telemetry.source(otlp::GRPC_SOURCE));
+    let http = BatchSender::new(tx.clone(), telemetry.source(otlp::HTTP_SOURCE));
+    // Stopped explicitly through `OtlpServer::stop` during the ordered shutdown.
+    let server = otlp::start(
+        &cfg.sources.otlp.receiver,
+        grpc,
+        http,
+        std::future::pending(),
+    )
+    .await?;
+    if let Some(a) = server.grpc_addr {
+        tracing::info!(grpc_address = %a, "OTLP/gRPC receiver listening");
+    }
+    if let Some(a) = server.http_addr {
+        tracing::info!(http_address = %a, "OTLP/HTTP receiver listening");
+    }
+    Ok(Some(server))
+}
+
+/// The OTLP sink shared with the runner, which needs it back at exit to flush it.
+struct SharedOtlpSink(Arc<OtlpSink>);
+
+impl ReportSink for SharedOtlpSink {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+    fn publish(
+        &mut self,
+        report: &faultline_engine::Report,
+    ) -> Result<(), super::report_sink::SinkError> {
+        self.0.publish(report);
+        Ok(())
+    }
+}

@@ -1,0 +1,634 @@
+//! The OTLP push sink: the Prometheus sink's numbers as OTLP metrics, pushed on an interval
+//! to a collector (gRPC or HTTP/protobuf), and every new external/internal verdict as an
+//! OTLP log record, for sites that collect with an OpenTelemetry Collector instead of
+//! scraping.
+//!
+//! Metrics are observable instruments read at export time from the latest report per
+//! target (bounded by `max_targets`/`max_syscalls`, cuts counted) and from [`Telemetry`],
+//! so publishing a report only swaps in-memory state; the SDK's own background workers do
+//! the network I/O. Metric names match the Prometheus sink's (docs/metrics.md), without
+//! the `_total` suffix Prometheus adds to counters.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use faultline_engine::report::ThreadCounts;
+use faultline_engine::{Report, Verdict};
+use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
+use opentelemetry::metrics::{Meter, MeterProvider};
+use opentelemetry::KeyValue;
+use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
+use opentelemetry_otlp::{LogExporter, MetricExporter, Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::Resource;
+use serde::{Deserialize, Serialize};
+
+use crate::pipeline::report_sink::{ReportSink, SinkError};
+use crate::pipeline::telemetry::{DropReason, Telemetry};
+
+/// Wire protocol towards the collector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OtlpProtocol {
+    /// OTLP/gRPC (port 4317 by convention).
+    Grpc,
+    /// OTLP/HTTP with binary protobuf bodies (port 4318 by convention).
+    Http,
+}
+
+/// `[sinks.otlp]` (enabled by the runtime's `enabled` flag; off by default).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OtlpSinkConfig {
+    /// Collector base URL, e.g. `http://collector:4317`; per-signal paths (`/v1/metrics`,
+    /// `/v1/logs`) are added for HTTP. Default: loopback at the protocol's standard port.
+    pub endpoint: Option<String>,
+    pub protocol: OtlpProtocol,
+    /// How often metrics are pushed.
+    pub interval_seconds: u64,
+    /// Per-export timeout.
+    pub timeout_seconds: u64,
+    /// `service.name` of faultline's own resource.
+    pub service_name: String,
+    /// Targets that get per-target metrics; further targets are counted in
+    /// `faultline_series_capped`.
+    pub max_targets: usize,
+    /// Syscalls exported per target and per list (ranking, latency/rate).
+    pub max_syscalls: usize,
+    /// Emit a log record per new external/internal verdict.
+    pub verdict_logs: bool,
+}
+
+impl Default for OtlpSinkConfig {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            protocol: OtlpProtocol::Grpc,
+            interval_seconds: 10,
+            timeout_seconds: 10,
+            service_name: "faultline".into(),
+            max_targets: 64,
+            max_syscalls: 20,
+            verdict_logs: true,
+        }
+    }
+}
+
+impl OtlpSinkConfig {
+    /// The configured endpoint, or loopback at the protocol's standard port.
+    pub fn endpoint(&self) -> String {
+        match (&self.endpoint, self.protocol) {
+            (Some(e), _) => e.trim_end_matches('/').to_string(),
+            (None, OtlpProtocol::Grpc) => "http://127.0.0.1:4317".into(),
+            (None, OtlpProtocol::Http) => "http://127.0.0.1:4318".into(),
+        }
+    }
+}
+
+/// The sink could not be built (bad endpoint, no Tokio runtime).
+#[derive(Debug, thiserror::Error)]
+pub enum OtlpSinkError {
+    #[error("OTLP sink: {0}")]
+    Build(String),
+}
+
+/// The numbers of one target's latest report that become metrics, already capped.
+#[derive(Clone, Debug)]
+struct TargetSnapshot {
+    impact_factor: f64,
+    impact_factor_filtered: Option<f64>,
+    onset_dispersion_seconds: f64,
+    verdict: Verdict,
+    threads: ThreadCounts,
+    /// (dimension, rank, syscall, increase ratio).
+    ranked: Vec<(&'static str, String, String, f64)>,
+    /// (syscall, calls per second, mean latency seconds).
+    syscalls: Vec<(String, f64, f64)>,
+    reports: u64,
+}
+
+#[derive(Debug, Default)]
+struct SinkState {
+    targets: BTreeMap<String, TargetSnapshot>,
+    /// Reports of targets beyond `max_targets` (not exported).
+    capped: u64,
+    verdict_logs: u64,
+}
+
+fn lock(state: &Mutex<SinkState>) -> MutexGuard<'_, SinkState> {
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs HTTP exports on the Tokio runtime: the SDK's exporters are driven from its own
+/// threads, where the async `reqwest` client (no reactor there) cannot run by itself.
+#[derive(Clone, Debug)]
+struct TokioHttpClient {
+    client: reqwest::Client,
+    handle: tokio::runtime::Handle,
+}
+
+#[async_trait::async_trait]
+impl HttpClient for TokioHttpClient {
+    async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
+        let client = self.client.clone();
+        self.handle
+            .spawn(async move { client.send_bytes(request).await })
+            .await
+            .map_err(|e| Box::new(e) as HttpError)?
+    }
+}
+
+/// A running OTLP push sink.
+#[derive(Debug)]
+pub struct OtlpSink {
+    cfg: OtlpSinkConfig,
+    state: Arc<Mutex<SinkState>>,
+    meters: SdkMeterProvider,
+    loggers: SdkLoggerProvider,
+    logger: SdkLogger,
+}
+
+impl OtlpSink {
+    /// Builds the exporters and starts pushing. Must be called inside a Tokio runtime (the
+    /// gRPC channel and the HTTP client live on it).
+    pub fn start(cfg: OtlpSinkConfig, telemetry: Arc<Telemetry>) -> Result<Self, OtlpSinkError> {
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|e| OtlpSinkError::Build(format!("needs a Tokio runtime: {e}")))?;
+        let endpoint = cfg.endpoint();
+        let timeout = Duration::from_secs(cfg.timeout_seconds.max(1));
+        let build_err = |what: &str, e: &dyn std::fmt::Display| {
+            OtlpSinkError::Build(format!("{what} exporter for {endpoint}: {e}"))
+        };
+        let (metric_exporter, log_exporter) = match cfg.protocol {
+            OtlpProtocol::Grpc => (
+                MetricExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(endpoint.clone())
+                    .with_timeout(timeout)
+                    .build()
+                    .map_err(|e| build_err("metric", &e))?,
+                LogExporter::builder()
+                    .with_tonic()
+                    .with_endpoint(endpoint.clone())
+                    .with_timeout(timeout)
+                    .build()
+                    .map_err(|e| build_err("log", &e))?,
+            ),
+            OtlpProtocol::Http => {
+                let client = TokioHttpClient {
+                    client: reqwest::Client::builder()
+                        .timeout(timeout)
+                        .build()
+                        .map_err(|e| build_err("HTTP", &e))?,
+                    handle,
+                };
+                (
+                    MetricExporter::builder()
+                        .with_http()
+                        .with_http_client(client.clone())
+                        .with_protocol(Protocol::HttpBinary)
+                        .with_endpoint(format!("{endpoint}/v1/metrics"))
+                        .with_timeout(timeout)
+                        .build()
+                        .map_err(|e| build_err("metric", &e))?,
+                    LogExporter::builder()
+                        .with_http()
+                        .with_http_client(client)
+                        .with_protocol(Protocol::HttpBinary)
+                        .with_endpoint(format!("{endpoint}/v1/logs"))
+                        .with_timeout(timeout)
+                        .build()
+                        .map_err(|e| build_err("log", &e))?,
+                )
+            }
+        };
+        let resource = Resource::builder()
+            .with_service_name(cfg.service_name.clone())
+            .with_attributes([KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))])
+            .build();
+        let reader = PeriodicReader::builder(metric_exporter)
+            .with_interval(Duration::from_secs(cfg.interval_seconds.max(1)))
+            .build();
+        let meters = SdkMeterProvider::builder()
+            .with_resource(resource.clone())
+            .with_reader(reader)
+            .build();
+        let loggers = SdkLoggerProvider::builder()
+            .with_resource(resource)
+            .with_batch_exporter(log_exporter)
+            .build();
+        let logger = loggers.logger("faultline");
+        let state = Arc::new(Mutex::new(SinkState::default()));
+        register_instruments(&meters.meter("faultline"), &state, &telemetry);
+        Ok(Self {
+            cfg,
+            state,
+            meters,
+            loggers,
+            logger,
+        })
+    }
+
+    /// Takes a new report: swaps the target's numbers and logs the verdict if it changed
+    /// to external or internal. Cheap (no I/O), so it can run on the engine thread.
+    pub fn publish(&self, report: &Report) {
+        let changed = {
+            let mut st = lock(&self.state);
+            let known = st.targets.contains_key(&report.target);
+            if !known && st.targets.len() >= self.cfg.max_targets {
+                st.capped += 1;
+                return;
+            }
+            let previous = st.targets.get(&report.target).map(|t| t.verdict);
+            let reports = st.targets.get(&report.target).map_or(0, |t| t.reports) + 1;
+            let snapshot = snapshot(report, self.cfg.max_syscalls, reports);
+            st.targets.insert(report.target.clone(), snapshot);
+            let changed = report.verdict != Verdict::None && previous != Some(report.verdict);
+            if changed && self.cfg.verdict_logs {
+                st.verdict_logs += 1;
+            }
+            changed
+        };
+        if changed && self.cfg.verdict_logs {
+            self.emit_verdict(report);
+        }
+    }
+
+    fn emit_verdict(&self, report: &Report) {
+        let mut rec = self.logger.create_log_record();
+        rec.set_event_name("faultline.verdict");
+        rec.set_timestamp(SystemTime::now());
+        rec.set_observed_timestamp(SystemTime::now());
+        rec.set_severity_number(Severity::Warn);
+        rec.set_severity_text("WARN");
+        rec.set_body(AnyValue::from(report.hint.clone()));
+        let text = |v: serde_json::Result<serde_json::Value>| {
+            v.ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default()
+        };
+        let i = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+        rec.add_attributes([
+            ("faultline.target", AnyValue::from(report.target.clone())),
+            ("faultline.verdict", AnyValue::from(report.verdict.as_str())),
+            (
+                "faultline.decided_by",
+                AnyValue::from(text(serde_json::to_value(report.decided_by))),
+            ),
+            (
+                "faultline.trigger",
+                AnyValue::from(text(serde_json::to_value(report.trigger))),
+            ),
+            (
+                "faultline.impact_factor",
+                AnyValue::from(report.impact_factor),
+            ),
+            (
+                "faultline.onset_dispersion_seconds",
+                AnyValue::from(report.onset_dispersion_seconds),
+            ),
+            (
+                "faultline.threads.total",
+                AnyValue::from(i(report.threads.total)),
+            ),
+            (
+                "faultline.threads.affected",
+                AnyValue::from(i(report.threads.affected)),
+            ),
+            (
+                "faultline.threads.directly_affected",
+                AnyValue::from(i(report.threads.directly_affected)),
+            ),
+            (
+                "faultline.subsystem",
+                AnyValue::from(report.subsystem.as_str()),
+            ),
+            (
+                "faultline.window_start_ns",
+                AnyValue::from(i(report.window_start_ns)),
+            ),
+            (
+                "faultline.window_end_ns",
+                AnyValue::from(i(report.window_end_ns)),
+            ),
+        ]);
+        if let Some(t) = report.impact_factor_filtered {
+            rec.add_attribute("faultline.impact_factor_filtered", t);
+        }
+        if let Some(onset) = report.anomaly_onset_ns {
+            rec.add_attribute("faultline.anomaly_onset_ns", i(onset));
+        }
+        if let Some(top) = report.top_syscalls_by_time.first() {
+            rec.add_attribute("faultline.top_syscall", top.syscall.clone());
+            rec.add_attribute("faultline.top_syscall.increase_ratio", top.increase_ratio);
+        }
+        self.logger.emit(rec);
+    }
+
+    /// Reports of targets beyond `max_targets`, not exported.
+    pub fn capped_reports(&self) -> u64 {
+        lock(&self.state).capped
+    }
+
+    /// Verdict log records emitted so far.
+    pub fn verdict_logs(&self) -> u64 {
+        lock(&self.state).verdict_logs
+    }
+
+    /// Pushes everything now and stops the exporters (the last metrics and pending verdict
+    /// logs are sent). The SDK calls block, so they run off the async workers.
+    pub async fn shutdown(self) -> Result<(), SinkError> {
+        let Self {
+            meters, loggers, ..
+        } = self;
+        let joined = tokio::task::spawn_blocking(move || {
+            let m = meters.shutdown();
+            let l = loggers.shutdown();
+            m.and(l)
+        })
+        .await;
+        match joined {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(sink_error(e.to_string())),
+            Err(e) => Err(sink_error(e.to_string())),
+        }
+    }
+}
+
+fn sink_error(message: String) -> SinkError {
+    SinkError {
+        sink: "otlp",
+        message,
+    }
+}
+
+impl ReportSink for OtlpSink {
+    fn name(&self) -> &'static str {
+        "otlp"
+    }
+    fn publish(&mut self, report: &Report) -> Result<(), SinkError> {
+        OtlpSink::publish(self, report);
+        Ok(())
+    }
+    // `flush` keeps the default no-op: pushes happen on the SDK's workers and a blocking
+    // network flush would stall the engine thread; `shutdown` flushes.
+}
+
+fn snapshot(report: &Report, max_syscalls: usize, reports: u64) -> TargetSnapshot {
+    let mut ranked = Vec::new();
+    for (dim, list) in [
+        ("time", &report.top_syscalls_by_time),
+        ("frequency", &report.top_syscalls_by_frequency),
+    ] {
+        ranked.extend(list.iter().take(max_syscalls).enumerate().map(|(i, r)| {
+            (
+                dim,
+                (i + 1).to_string(),
+                r.syscall.clone(),
+                r.increase_ratio,
+            )
+        }));
+    }
+    TargetSnapshot {
+        impact_factor: report.impact_factor,
+        impact_factor_filtered: report.impact_factor_filtered,
+        onset_dispersion_seconds: report.onset_dispersion_seconds,
+        verdict: report.verdict,
+        threads: report.threads,
+        ranked,
+        syscalls: report
+            .syscalls
+            .iter()
+            .take(max_syscalls)
+            .map(|a| {
+                (
+                    a.syscall.clone(),
+                    a.calls_per_second,
+                    a.mean_latency_seconds,
+                )
+            })
+            .collect(),
+        reports,
+    }
+}
+
+/// A gauge over every target's snapshot; `f` yields (extra labels, value) per target.
+fn target_gauge<F>(
+    meter: &Meter,
+    state: &Arc<Mutex<SinkState>>,
+    name: &'static str,
+    description: &'static str,
+    f: F,
+) where
+    F: Fn(&TargetSnapshot) -> Vec<(Vec<KeyValue>, f64)> + Send + Sync + 'static,
+{
+    let state = state.clone();
+    meter
+        .f64_observable_gauge(name)
+        .with_description(description)
+        .with_callback(move |obs| {
+            let st = lock(&state);
+            for (target, snap) in &st.targets {
+                for (mut labels, v) in f(snap) {
+                    labels.insert(0, KeyValue::new("target", target.clone()));
+                    obs.observe(v, &labels);
+                }
+            }
+        })
+        .build();
+}
+
+fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry: &Arc<Telemetry>) {
+    target_gauge(
+        meter,
+        state,
+        "faultline_impact_factor_ratio",
+        "PerfCompass impact factor τ of the last report",
+        |s| vec![(vec![], s.impact_factor)],
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_impact_factor_filtered_ratio",
+        "τ on I/O syscalls only, when filtering mode ran",
+        |s| {
+            s.impact_factor_filtered
+                .map(|t| (vec![], t))
+                .into_iter()
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_onset_dispersion_seconds",
+        "Onset dispersion Ω of the last report",
+        |s| vec![(vec![], s.onset_dispersion_seconds)],
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_verdict",
+        "State set: 1 for the target's current verdict (external, internal, none), 0 otherwise",
+        |s| {
+            Verdict::ALL
+                .iter()
+                .map(|v| {
+                    (
+                        vec![KeyValue::new("verdict", v.as_str())],
+                        f64::from(u8::from(*v == s.verdict)),
+                    )
+                })
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_threads",
+        "Threads in the last report's window: total, affected, directly_affected",
+        |s| {
+            [
+                ("total", s.threads.total),
+                ("affected", s.threads.affected),
+                ("directly_affected", s.threads.directly_affected),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![KeyValue::new("kind", k)], v as f64))
+            .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_affected_syscall_increase_ratio",
+        "Top-N affected syscalls: relative increase over baseline by time or frequency",
+        |s| {
+            s.ranked
+                .iter()
+                .map(|(dim, rank, sc, v)| {
+                    (
+                        vec![
+                            KeyValue::new("syscall", sc.clone()),
+                            KeyValue::new("dimension", *dim),
+                            KeyValue::new("rank", rank.clone()),
+                        ],
+                        *v,
+                    )
+                })
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_syscall_mean_latency_seconds",
+        "Mean execution time of the target's busiest syscalls in the last window",
+        |s| {
+            s.syscalls
+                .iter()
+                .map(|(sc, _, lat)| (vec![KeyValue::new("syscall", sc.clone())], *lat))
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        "faultline_syscall_calls_per_second",
+        "Call rate of the target's busiest syscalls in the last window",
+        |s| {
+            s.syscalls
+                .iter()
+                .map(|(sc, cps, _)| (vec![KeyValue::new("syscall", sc.clone())], *cps))
+                .collect()
+        },
+    );
+
+    let st = state.clone();
+    meter
+        .u64_observable_counter("faultline_reports")
+        .with_description("Reports published per target")
+        .with_callback(move |obs| {
+            for (target, snap) in &lock(&st).targets {
+                obs.observe(snap.reports, &[KeyValue::new("target", target.clone())]);
+            }
+        })
+        .build();
+    let st = state.clone();
+    meter
+        .u64_observable_counter("faultline_series_capped")
+        .with_description("Reports not exported because max_targets was reached")
+        .with_callback(move |obs| obs.observe(lock(&st).capped, &[KeyValue::new("sink", "otlp")]))
+        .build();
+
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter("faultline_events_received")
+        .with_description("Syscall events decoded, by source")
+        .with_callback(move |obs| {
+            for s in t.sources() {
+                obs.observe(s.received(), &[KeyValue::new("source", s.name)]);
+            }
+        })
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter("faultline_decode_errors")
+        .with_description("Records or requests that could not be decoded, by source")
+        .with_callback(move |obs| {
+            for s in t.sources() {
+                obs.observe(s.decode_errors(), &[KeyValue::new("source", s.name)]);
+            }
+        })
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter("faultline_events_dropped")
+        .with_description("Events not analysed, by source and reason")
+        .with_callback(move |obs| {
+            for s in t.sources() {
+                for r in DropReason::ALL {
+                    obs.observe(
+                        s.dropped(r),
+                        &[
+                            KeyValue::new("source", s.name),
+                            KeyValue::new("reason", r.as_str()),
+                        ],
+                    );
+                }
+            }
+        })
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter("faultline_guest_restarts")
+        .with_description("Times the WASM engine guest was restarted after a trap")
+        .with_callback(move |obs| obs.observe(t.guest_restarts(), &[]))
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter("faultline_guest_traps")
+        .with_description("Traps raised by the WASM engine guest")
+        .with_callback(move |obs| obs.observe(t.guest_traps(), &[]))
+        .build();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn config_defaults_follow_the_protocol() {
+        let c: OtlpSinkConfig = serde_json::from_str(r#"{"protocol":"http"}"#).unwrap();
+        assert_eq!(c.endpoint(), "http://127.0.0.1:4318");
+        assert_eq!(
+            OtlpSinkConfig::default().endpoint(),
+            "http://127.0.0.1:4317"
+        );
+        let c: OtlpSinkConfig = serde_json::from_str(r#"{"endpoint":"http://c:9/"}"#).unwrap();
+        assert_eq!(c.endpoint(), "http://c:9");
+        assert!(serde_json::from_str::<OtlpSinkConfig>(r#"{"url":"x"}"#).is_err());
+    }
+}

@@ -1,0 +1,521 @@
+//! The Prometheus sink: keeps the latest numbers of each target and encodes them, plus the
+//! pipeline's counters, as OpenMetrics text on every scrape of `/metrics`.
+//!
+//! Per-target series are rebuilt from the latest report at scrape time, so a syscall
+//! that leaves the top-N ranking disappears with it (no stale series), and both the
+//! number of targets and of syscalls per target are capped (cuts counted in
+//! `faultline_series_capped_total`). Every metric is documented in docs/metrics.md.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use faultline_engine::report::{EngineCounters, SyscallActivity, ThreadCounts, Trigger};
+use faultline_engine::{Report, Subsystem, Verdict};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+
+use crate::config::PrometheusSinkConfig;
+use crate::pipeline::report_sink::{ReportSink, SinkError};
+use crate::pipeline::telemetry::{DropReason, Telemetry};
+
+/// The OpenMetrics content type Prometheus negotiates for.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Longest hint exported as a label; the full text is in `/report`.
+pub const MAX_HINT_CHARS: usize = 256;
+
+const SUBSYSTEMS: [Subsystem; 8] = [
+    Subsystem::CpuScheduling,
+    Subsystem::Memory,
+    Subsystem::DiskIo,
+    Subsystem::NetworkIo,
+    Subsystem::Locking,
+    Subsystem::ProcessManagement,
+    Subsystem::Other,
+    Subsystem::None,
+];
+
+const TRIGGERS: [(Trigger, &str); 3] = [
+    (Trigger::Cadence, "cadence"),
+    (Trigger::OnDemand, "on_demand"),
+    (Trigger::EndOfStream, "end_of_stream"),
+];
+
+/// The numbers of one target's latest report that become series, already capped.
+#[derive(Debug, Clone)]
+struct TargetSeries {
+    impact_factor: f64,
+    impact_factor_filtered: Option<f64>,
+    onset_dispersion_seconds: f64,
+    verdict: Verdict,
+    subsystem: Subsystem,
+    /// The report's hint, cut to [`MAX_HINT_CHARS`] (it becomes a label value).
+    hint: String,
+    threads: ThreadCounts,
+    /// (dimension, rank starting at 1 as a label value, syscall, increase ratio)
+    ranked: Vec<(&'static str, String, String, f64)>,
+    syscalls: Vec<SyscallActivity>,
+    anomaly_onset_seconds: Option<f64>,
+    last_report_unix_seconds: f64,
+    reports_by_trigger: [u64; 3],
+}
+
+#[derive(Debug, Default)]
+struct SeriesState {
+    targets: BTreeMap<String, TargetSeries>,
+    engine: EngineCounters,
+}
+
+/// Shared between the sink (writer, engine thread) and the exporter (reader, HTTP).
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<SeriesState>,
+    telemetry: Arc<Telemetry>,
+    series_capped: Counter,
+    max_targets: usize,
+    max_syscalls: usize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, SeriesState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Encodes `/metrics`; cheap to share between HTTP handlers.
+#[derive(Debug)]
+pub struct PrometheusExporter {
+    registry: Registry,
+}
+
+impl PrometheusExporter {
+    /// The OpenMetrics text of every faultline metric (ends with `# EOF`).
+    pub fn encode(&self) -> Result<String, fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// The engine thread's side: turns reports into series state.
+#[derive(Debug)]
+pub struct PrometheusSink {
+    shared: Arc<Shared>,
+    analysis_duration: Histogram,
+}
+
+/// A sink and the exporter that reads what it writes (plus `telemetry`'s counters).
+pub fn new(
+    cfg: &PrometheusSinkConfig,
+    telemetry: Arc<Telemetry>,
+) -> (PrometheusSink, Arc<PrometheusExporter>) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(SeriesState::default()),
+        telemetry,
+        series_capped: Counter::default(),
+        max_targets: cfg.max_targets.max(1),
+        max_syscalls: cfg.max_syscalls.max(1),
+    });
+    // 10 µs … ~2.6 s: a native batch takes microseconds, a WASM evaluation milliseconds.
+    let analysis_duration = Histogram::new(exponential_buckets(1e-5, 4.0, 10));
+    let mut registry = Registry::default();
+    registry.register(
+        "faultline_analysis_duration_seconds",
+        "Wall-clock time of one engine call (ingest+take_reports, trigger or finish)",
+        analysis_duration.clone(),
+    );
+    registry.register(
+        "faultline_series_capped",
+        "Series or reports not exported because a cap (targets, syscalls per target) was reached",
+        shared.series_capped.clone(),
+    );
+    registry.register_collector(Box::new(SeriesCollector(shared.clone())));
+    (
+        PrometheusSink {
+            shared,
+            analysis_duration,
+        },
+        Arc::new(PrometheusExporter { registry }),
+    )
+}
+
+impl PrometheusSink {
+    fn series_of(&self, r: &Report, previous: Option<&TargetSeries>) -> TargetSeries {
+        let cap = self.shared.max_syscalls;
+        let mut cut = 0usize;
+        let mut ranked = Vec::new();
+        for (dimension, list) in [
+            ("time", &r.top_syscalls_by_time),
+            ("frequency", &r.top_syscalls_by_frequency),
+        ] {
+            cut += list.len().saturating_sub(cap);
+            ranked.extend(list.iter().take(cap).enumerate().map(|(i, s)| {
+                (
+                    dimension,
+                    (i + 1).to_string(),
+                    s.syscall.clone(),
+                    s.increase_ratio,
+                )
+            }));
+        }
+        cut += r.syscalls.len().saturating_sub(cap);
+        if cut > 0 {
+            self.shared.series_capped.inc_by(cut as u64);
+        }
+        let mut reports_by_trigger = previous.map_or([0; 3], |p| p.reports_by_trigger);
+        if let Some(i) = TRIGGERS.iter().position(|(t, _)| *t == r.trigger) {
+            reports_by_trigger[i] += 1;
+        }
+        TargetSeries {
+            impact_factor: r.impact_factor,
+            impact_factor_filtered: r.impact_factor_filtered,
+            onset_dispersion_seconds: r.onset_dispersion_seconds,
+            verdict: r.verdict,
+            subsystem: r.subsystem,
+            hint: r.hint.chars().take(MAX_HINT_CHARS).collect(),
+            threads: r.threads,
+            ranked,
+            syscalls: r.syscalls.iter().take(cap).cloned().collect(),
+            anomaly_onset_seconds: r.anomaly_onset_ns.map(|ns| ns as f64 / 1e9),
+            last_report_unix_seconds: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+            reports_by_trigger,
+        }
+    }
+}
+
+impl ReportSink for PrometheusSink {
+    fn name(&self) -> &'static str {
+        "prometheus"
+    }
+
+    fn publish(&mut self, report: &Report) -> Result<(), SinkError> {
+        let mut st = self.shared.lock();
+        let known = st.targets.contains_key(&report.target);
+        if !known && st.targets.len() >= self.shared.max_targets {
+            drop(st);
+            self.shared.series_capped.inc();
+            return Ok(());
+        }
+        let series = self.series_of(report, st.targets.get(&report.target));
+        st.targets.insert(report.target.clone(), series);
+        Ok(())
+    }
+
+    fn observe_engine_call(&mut self, seconds: f64) {
+        self.analysis_duration.observe(seconds);
+    }
+
+    fn observe_engine_counters(&mut self, counters: &EngineCounters) {
+        self.shared.lock().engine = *counters;
+    }
+}
+
+/// Encodes the per-target and pipeline series on each scrape.
+#[derive(Debug)]
+struct SeriesCollector(Arc<Shared>);
+
+type Labels<'a> = Vec<(&'static str, &'a str)>;
+
+fn gauges<'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels<'a>, f64)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in rows {
+        ConstGauge::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+/// A gauge without labels (`name value`, not `name{} value`).
+fn gauge(enc: &mut DescriptorEncoder, name: &str, help: &str, v: f64) -> fmt::Result {
+    ConstGauge::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Gauge)?)
+}
+
+/// A counter without labels.
+fn counter(enc: &mut DescriptorEncoder, name: &str, help: &str, v: u64) -> fmt::Result {
+    ConstCounter::new(v).encode(enc.encode_descriptor(name, help, None, MetricType::Counter)?)
+}
+
+/// `name` without `_total`: the encoder appends it to counter samples.
+fn counters<'a>(
+    enc: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    rows: impl IntoIterator<Item = (Labels<'a>, u64)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in rows {
+        ConstCounter::new(v).encode(m.encode_family(&labels)?)?;
+    }
+    Ok(())
+}
+
+impl Collector for SeriesCollector {
+    fn encode(&self, mut enc: DescriptorEncoder) -> fmt::Result {
+        let shared = &self.0;
+        // Copy out under the lock, encode without it: scrapes must not stall the engine.
+        let (targets, engine) = {
+            let st = shared.lock();
+            (st.targets.clone(), st.engine)
+        };
+        let t = &targets;
+        let per = |f: fn(&TargetSeries) -> Option<f64>| {
+            t.iter()
+                .filter_map(move |(n, s)| f(s).map(|v| (vec![("target", n.as_str())], v)))
+        };
+        gauges(
+            &mut enc,
+            "faultline_build_info",
+            "Constant 1, labelled with the running version",
+            [(vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)],
+        )?;
+        gauge(
+            &mut enc,
+            "faultline_targets",
+            "Targets with exported series",
+            t.len() as f64,
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_impact_factor_ratio",
+            "PerfCompass impact factor τ: directly affected threads / active threads in the last report",
+            per(|s| Some(s.impact_factor)),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_impact_factor_filtered_ratio",
+            "τ recomputed on I/O syscalls only (present when filtering mode ran)",
+            per(|s| s.impact_factor_filtered),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_onset_dispersion_seconds",
+            "Onset dispersion Ω: standard deviation of fault onset times over affected threads",
+            per(|s| Some(s.onset_dispersion_seconds)),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_anomaly_onset_timestamp_seconds",
+            "Estimated anomaly start, in the trace clock (Unix time for OTLP sources)",
+            per(|s| s.anomaly_onset_seconds),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_last_report_timestamp_seconds",
+            "Unix time at which the target's last report was received from the engine",
+            per(|s| Some(s.last_report_unix_seconds)),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_verdict",
+            "State set: 1 for the target's current verdict (external, internal, none), 0 otherwise",
+            t.iter().flat_map(|(n, s)| {
+                Verdict::ALL.into_iter().map(move |v| {
+                    (
+                        vec![("target", n.as_str()), ("verdict", v.as_str())],
+                        f64::from(u8::from(v == s.verdict)),
+                    )
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_subsystem",
+            "State set: 1 for the kernel subsystem the last report's ranking points at",
+            t.iter().flat_map(|(n, s)| {
+                SUBSYSTEMS.into_iter().map(move |v| {
+                    (
+                        vec![("target", n.as_str()), ("subsystem", v.as_str())],
+                        f64::from(u8::from(v == s.subsystem)),
+                    )
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_diagnosis_info",
+            "Constant 1 per target, labelled with the last report's verdict, subsystem and hint",
+            t.iter().map(|(n, s)| {
+                (
+                    vec![
+                        ("target", n.as_str()),
+                        ("verdict", s.verdict.as_str()),
+                        ("subsystem", s.subsystem.as_str()),
+                        ("hint", s.hint.as_str()),
+                    ],
+                    1.0,
+                )
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_threads",
+            "Threads in the last report's window: total, affected, directly_affected",
+            t.iter().flat_map(|(n, s)| {
+                [
+                    ("total", s.threads.total),
+                    ("affected", s.threads.affected),
+                    ("directly_affected", s.threads.directly_affected),
+                ]
+                .into_iter()
+                .map(move |(state, v)| (vec![("target", n.as_str()), ("state", state)], v as f64))
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_affected_syscall_increase_ratio",
+            "Top-N affected syscalls: relative increase over baseline (0.5 = +50%) by time or frequency",
+            t.iter().flat_map(|(n, s)| {
+                s.ranked.iter().map(move |(dim, rank, sc, v)| {
+                    (
+                        vec![
+                            ("target", n.as_str()),
+                            ("syscall", sc.as_str()),
+                            ("dimension", *dim),
+                            ("rank", rank.as_str()),
+                        ],
+                        *v,
+                    )
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_syscall_mean_latency_seconds",
+            "Mean execution time of the target's busiest syscalls in the last report's window",
+            t.iter().flat_map(|(n, s)| {
+                s.syscalls.iter().map(move |a| {
+                    (
+                        vec![("target", n.as_str()), ("syscall", a.syscall.as_str())],
+                        a.mean_latency_seconds,
+                    )
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            "faultline_syscall_calls_per_second",
+            "Call rate of the target's busiest syscalls over the last report's window",
+            t.iter().flat_map(|(n, s)| {
+                s.syscalls.iter().map(move |a| {
+                    (
+                        vec![("target", n.as_str()), ("syscall", a.syscall.as_str())],
+                        a.calls_per_second,
+                    )
+                })
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "faultline_reports",
+            "Reports received from the engine, by what triggered them",
+            t.iter().flat_map(|(n, s)| {
+                TRIGGERS
+                    .iter()
+                    .zip(s.reports_by_trigger)
+                    .map(move |((_, trig), v)| {
+                        (vec![("target", n.as_str()), ("trigger", *trig)], v)
+                    })
+            }),
+        )?;
+        let sources = shared.telemetry.sources();
+        counters(
+            &mut enc,
+            "faultline_events_received",
+            "Syscall events decoded by each source",
+            sources
+                .iter()
+                .map(|s| (vec![("source", s.name)], s.received())),
+        )?;
+        counters(
+            &mut enc,
+            "faultline_events_dropped",
+            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped)",
+            sources.iter().flat_map(|s| {
+                DropReason::ALL.into_iter().map(move |r| {
+                    (
+                        vec![("source", s.name), ("reason", r.as_str())],
+                        s.dropped(r),
+                    )
+                })
+            }),
+        )?;
+        counters(
+            &mut enc,
+            "faultline_decode_errors",
+            "Input records a source could not decode (skipped)",
+            sources
+                .iter()
+                .map(|s| (vec![("source", s.name)], s.decode_errors())),
+        )?;
+        counter(
+            &mut enc,
+            "faultline_guest_restarts",
+            "Times the WASM engine was re-instantiated after a fault",
+            shared.telemetry.guest_restarts(),
+        )?;
+        counter(
+            &mut enc,
+            "faultline_guest_traps",
+            "WASM traps (including out-of-fuel and memory limit) in engine calls",
+            shared.telemetry.guest_traps(),
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_events",
+            "Events the engine has ingested",
+            engine.events,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_calls",
+            "Completed syscalls the engine has analysed (after enter/exit pairing)",
+            engine.calls,
+        )?;
+        counters(
+            &mut enc,
+            "faultline_engine_irregular_records",
+            "Records the engine could not use as-is, by kind",
+            [
+                ("unmatched_exit", engine.unmatched_exits),
+                ("lost_enter", engine.lost_enters),
+                ("lost_exit", engine.lost_exits),
+                ("duplicate", engine.duplicate_records),
+                ("out_of_order", engine.out_of_order),
+            ]
+            .into_iter()
+            .map(|(k, v)| (vec![("kind", k)], v)),
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_untracked_calls",
+            "Calls beyond the engine's per-thread syscall bound (counted, not tested)",
+            engine.untracked_calls,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_evicted_threads",
+            "Threads evicted because a target reached analysis.max_threads",
+            engine.evicted_threads,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_dropped_targets",
+            "Targets the engine refused because analysis.max_targets was reached",
+            engine.dropped_targets,
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,438 @@
+//! Opening recorded inputs: plain, zstd- or gzip-compressed files, or stdin (`-`), so every
+//! text decoder reads traces the way they are stored without a separate decompress step.
+//!
+//! Compression is recognised by the file's magic bytes (extensions lie, pipes have none);
+//! the extension is only a fallback for files too short to sniff.
+
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::SourceError;
+
+/// Read buffer size: large enough that per-read syscall overhead vanishes at 100s of MB/s.
+const BUF_BYTES: usize = 256 * 1024;
+
+const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Shared count of raw (still compressed) bytes read from an input, for progress bars:
+/// comparing it with the file size gives a fraction even for compressed files.
+#[derive(Clone, Debug, Default)]
+pub struct ByteCounter(Arc<AtomicU64>);
+
+impl ByteCounter {
+    /// Bytes read so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// A reader that counts the bytes passing through it into a [`ByteCounter`].
+struct CountingReader<R> {
+    inner: R,
+    counter: ByteCounter,
+}
+
+impl<R: Read> Read for CountingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.counter.0.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+}
+
+/// How an input is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Zstd,
+    Gzip,
+}
+
+impl Compression {
+    /// Decides from the first bytes, falling back to the file name when they are inconclusive.
+    pub fn detect(head: &[u8], name: &str) -> Compression {
+        if head.starts_with(&ZSTD_MAGIC) {
+            Compression::Zstd
+        } else if head.starts_with(&GZIP_MAGIC) {
+            Compression::Gzip
+        } else if head.is_empty() || head.len() >= ZSTD_MAGIC.len() {
+            // Empty, or enough bytes to be sure it is neither format: trust the content, not the name.
+            Compression::None
+        } else if name.ends_with(".zst") || name.ends_with(".zstd") {
+            Compression::Zstd
+        } else if name.ends_with(".gz") {
+            Compression::Gzip
+        } else {
+            Compression::None
+        }
+    }
+}
+
+/// Opens `path` (or stdin for `-`) as buffered text, decompressing `.zst`/`.gz` transparently.
+pub fn open(path: &Path) -> Result<Box<dyn BufRead + Send>, SourceError> {
+    open_counted(path).map(|(r, _)| r)
+}
+
+/// Like [`open`], also returning a counter of raw bytes read (for progress against file size).
+pub fn open_counted(path: &Path) -> Result<(Box<dyn BufRead + Send>, ByteCounter), SourceError> {
+    let what = path.display().to_string();
+    let io_err = |source| SourceError::Io {
+        what: what.clone(),
+        source,
+    };
+    let raw: Box<dyn Read + Send> = if path.as_os_str() == "-" {
+        Box::new(io::stdin())
+    } else {
+        Box::new(File::open(path).map_err(io_err)?)
+    };
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    wrap(raw, name).map_err(io_err)
+}
+
+/// Wraps an already open byte stream (a pipe, a socket) the same way [`open`] wraps files.
+pub fn wrap(
+    raw: Box<dyn Read + Send>,
+    name: &str,
+) -> io::Result<(Box<dyn BufRead + Send>, ByteCounter)> {
+    let counter = ByteCounter::default();
+    let counting = CountingReader {
+        inner: raw,
+        counter: counter.clone(),
+    };
+    let mut buffered = BufReader::with_capacity(BUF_BYTES, counting);
+    let first = buffered.fill_buf()?;
+    if first.is_empty() || first.len() >= ZSTD_MAGIC.len() {
+        let compression = Compression::detect(first, name);
+        return Ok((decoder(buffered, compression)?, counter));
+    }
+    // A pipe delivered fewer bytes than a magic number: gather them and put them back in
+    // front, so a slow writer cannot make a compressed stream look like plain text.
+    let mut head = Vec::with_capacity(ZSTD_MAGIC.len());
+    (&mut buffered)
+        .take(ZSTD_MAGIC.len() as u64)
+        .read_to_end(&mut head)?;
+    let compression = Compression::detect(&head, name);
+    let rejoined = BufReader::with_capacity(BUF_BYTES, io::Cursor::new(head).chain(buffered));
+    Ok((decoder(rejoined, compression)?, counter))
+}
+
+/// Puts the right decompressor (if any) on top of a buffered raw stream.
+fn decoder<R: BufRead + Send + 'static>(
+    buffered: R,
+    compression: Compression,
+) -> io::Result<Box<dyn BufRead + Send>> {
+    Ok(match compression {
+        Compression::None => Box::new(buffered),
+        Compression::Zstd => Box::new(BufReader::with_capacity(
+            BUF_BYTES,
+            zstd::stream::read::Decoder::with_buffer(buffered)?,
+        )),
+        Compression::Gzip => Box::new(BufReader::with_capacity(
+            BUF_BYTES,
+            flate2::bufread::MultiGzDecoder::new(buffered),
+        )),
+    })
+}
+
+/// Most stderr bytes of a child tool kept for the error message (its tail matters most).
+const STDERR_TAIL_BYTES: usize = 8 * 1024;
+
+/// The stdout of a child tool (`perf`, `babeltrace2`) as buffered text.
+///
+/// At end of output the child is reaped; a failing exit status becomes a read error carrying
+/// the tail of the tool's stderr, so "babeltrace2 could not open the trace" reaches the user
+/// instead of looking like an empty trace. Dropping it kills the child.
+pub struct ChildOutput {
+    tool: String,
+    child: Child,
+    stdout: BufReader<ChildStdout>,
+    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    /// Earlier stages of a pipeline (`perf record | perf script`), reaped with the last.
+    upstream: Vec<(String, Child)>,
+    finished: bool,
+}
+
+impl ChildOutput {
+    /// Starts `cmd` with stdout and stderr piped. A missing executable is a clear
+    /// [`SourceError::Tool`] naming `install_hint`.
+    pub fn spawn(mut cmd: Command, install_hint: &str) -> Result<Self, SourceError> {
+        cmd.stdin(Stdio::null());
+        Self::spawn_with_stdin_set(cmd, install_hint)
+    }
+
+    /// Runs `first | second` and reads `second`'s stdout; `first`'s stderr is inherited
+    /// (its failure still shows, as `second` then sees a broken stream).
+    pub fn spawn_pipe(
+        mut first: Command,
+        second: Command,
+        install_hint: &str,
+    ) -> Result<Self, SourceError> {
+        let tool = first.get_program().to_string_lossy().into_owned();
+        first.stdin(Stdio::null()).stdout(Stdio::piped());
+        let mut head = first
+            .spawn()
+            .map_err(|e| spawn_error(&tool, &e, install_hint))?;
+        let Some(pipe) = head.stdout.take() else {
+            let _ = head.kill();
+            let _ = head.wait();
+            return Err(SourceError::Tool {
+                tool,
+                message: "no stdout pipe".into(),
+            });
+        };
+        let mut second = second;
+        second.stdin(Stdio::from(pipe));
+        let mut out = match Self::spawn_with_stdin_set(second, install_hint) {
+            Ok(out) => out,
+            Err(e) => {
+                let _ = head.kill();
+                let _ = head.wait();
+                return Err(e);
+            }
+        };
+        out.upstream.push((tool, head));
+        Ok(out)
+    }
+
+    /// [`ChildOutput::spawn`] for a command whose stdin is already wired.
+    fn spawn_with_stdin_set(mut cmd: Command, install_hint: &str) -> Result<Self, SourceError> {
+        let tool = cmd.get_program().to_string_lossy().into_owned();
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| spawn_error(&tool, &e, install_hint))?;
+        let stdout = child.stdout.take().ok_or_else(|| SourceError::Tool {
+            tool: tool.clone(),
+            message: "no stdout pipe".into(),
+        })?;
+        let stderr = child.stderr.take().map(collect_stderr_tail);
+        Ok(Self {
+            tool,
+            child,
+            stdout: BufReader::with_capacity(BUF_BYTES, stdout),
+            stderr,
+            upstream: Vec::new(),
+            finished: false,
+        })
+    }
+
+    /// The process id of the last stage (to signal it, e.g. SIGINT for a clean perf stop).
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Process ids of the earlier pipeline stages.
+    pub fn upstream_ids(&self) -> Vec<u32> {
+        self.upstream.iter().map(|(_, c)| c.id()).collect()
+    }
+
+    /// Reaps the child once its output ended; an error if it failed.
+    fn finish(&mut self) -> io::Result<()> {
+        if self.finished {
+            return Ok(());
+        }
+        self.finished = true;
+        let status = self.child.wait()?;
+        let stderr = self
+            .stderr
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default();
+        for (tool, up) in &mut self.upstream {
+            let up_status = up.wait()?;
+            if !up_status.success() {
+                return Err(io::Error::other(format!("{tool} failed ({up_status})")));
+            }
+        }
+        if status.success() {
+            return Ok(());
+        }
+        Err(io::Error::other(format!(
+            "{} failed ({status}): {}",
+            self.tool,
+            summarize_stderr(&stderr)
+        )))
+    }
+}
+
+impl Read for ChildOutput {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stdout.read(buf)?;
+        if n == 0 && !buf.is_empty() {
+            self.finish()?;
+        }
+        Ok(n)
+    }
+}
+
+impl BufRead for ChildOutput {
+    fn fill_buf(&mut self) -> io::Result<&[u8]> {
+        if self.stdout.fill_buf()?.is_empty() {
+            self.finish()?;
+        }
+        self.stdout.fill_buf()
+    }
+    fn consume(&mut self, amt: usize) {
+        self.stdout.consume(amt);
+    }
+}
+
+impl Drop for ChildOutput {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Stopping early (shutdown, error): don't leave the tool running or a zombie.
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+            for (_, up) in &mut self.upstream {
+                let _ = up.kill();
+                let _ = up.wait();
+            }
+        }
+    }
+}
+
+/// A failed start, with the install hint when the tool is missing.
+fn spawn_error(tool: &str, e: &io::Error, install_hint: &str) -> SourceError {
+    SourceError::Tool {
+        tool: tool.to_string(),
+        message: if e.kind() == io::ErrorKind::NotFound {
+            format!("not found in PATH ({install_hint})")
+        } else {
+            format!("cannot start: {e}")
+        },
+    }
+}
+
+/// Collects a child's stderr on a thread, keeping only its last [`STDERR_TAIL_BYTES`].
+fn collect_stderr_tail(mut err: std::process::ChildStderr) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut tail = Vec::new();
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = err.read(&mut buf) {
+            let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+                break;
+            };
+            tail.extend_from_slice(chunk);
+            if tail.len() > STDERR_TAIL_BYTES {
+                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+            }
+        }
+        tail
+    })
+}
+
+/// The useful part of a tool's stderr on one line: babeltrace2 prints pages of log lines
+/// before its `ERROR:` summary, which is what the user needs.
+fn summarize_stderr(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let from = text.find("ERROR:").unwrap_or(0);
+    let joined = text
+        .get(from..)
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    if joined.chars().count() > 1000 {
+        joined.chars().take(1000).collect::<String>() + " …"
+    } else {
+        joined
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn read_all(mut r: Box<dyn BufRead + Send>) -> Vec<u8> {
+        let mut v = Vec::new();
+        r.read_to_end(&mut v).unwrap();
+        v
+    }
+
+    #[test]
+    fn plain_zstd_and_gzip_read_back_the_same_text() {
+        let text = b"line one\nline two\n".repeat(100);
+        let dir = tempfile::tempdir().unwrap();
+
+        let plain = dir.path().join("t.txt");
+        std::fs::write(&plain, &text).unwrap();
+
+        let zst = dir.path().join("t.txt.zst");
+        std::fs::write(&zst, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+
+        // Gzip under a misleading name: the magic bytes decide.
+        let gz = dir.path().join("t.data");
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        enc.write_all(&text).unwrap();
+        std::fs::write(&gz, enc.finish().unwrap()).unwrap();
+
+        for p in [&plain, &zst, &gz] {
+            assert_eq!(read_all(open(p).unwrap()), text, "{}", p.display());
+        }
+    }
+
+    #[test]
+    fn counter_counts_raw_bytes() {
+        let text = b"x".repeat(10_000);
+        let dir = tempfile::tempdir().unwrap();
+        let zst = dir.path().join("t.zst");
+        let compressed = zstd::encode_all(&text[..], 3).unwrap();
+        std::fs::write(&zst, &compressed).unwrap();
+        let (r, counter) = open_counted(&zst).unwrap();
+        assert_eq!(read_all(r).len(), text.len());
+        assert_eq!(counter.get(), compressed.len() as u64);
+    }
+
+    #[test]
+    fn missing_file_is_an_io_error_naming_the_path() {
+        let err = open(Path::new("/nonexistent/faultline.txt")).err().unwrap();
+        assert!(err.to_string().contains("/nonexistent/faultline.txt"));
+    }
+
+    #[test]
+    fn corrupt_zstd_fails_on_read_not_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("bad.zst");
+        std::fs::write(&p, [0x28, 0xb5, 0x2f, 0xfd, 1, 2, 3, 4, 5]).unwrap();
+        let mut r = open(&p).unwrap();
+        let mut v = Vec::new();
+        assert!(r.read_to_end(&mut v).is_err());
+    }
+
+    #[test]
+    fn empty_file_is_empty_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("empty.zst");
+        std::fs::write(&p, b"").unwrap();
+        assert!(read_all(open(&p).unwrap()).is_empty());
+    }
+    #[test]
+    fn child_output_streams_and_reports_failure() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo hello; echo oops >&2; exit 3"]);
+        let mut out = ChildOutput::spawn(cmd, "sh").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "hello\n");
+        let err = out.read_line(&mut line).unwrap_err();
+        assert!(err.to_string().contains("oops"), "{err}");
+    }
+
+    #[test]
+    fn missing_tool_is_a_clear_error() {
+        let err = ChildOutput::spawn(Command::new("faultline-no-such-tool"), "apt install x")
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string()
+                .contains("not found in PATH (apt install x)"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,401 @@
+//! [`LttngTextReader`]: babeltrace2 text of an LTTng kernel trace → per-process batches of
+//! syscall `Enter`/`Exit` halves.
+//!
+//! Both syscall namings are understood:
+//! - lttng-modules ≥ 2.6: `syscall_entry_<name>` / `syscall_exit_<name>` (and `compat_…`),
+//!   `syscall_entry_unknown { id }` named from the syscall number;
+//! - older: `sys_<name>` entries and one generic `exit_syscall { ret }` (the exit's call is
+//!   then [`SyscallId::UNKNOWN`]; the engine names it from the pending entry of the thread).
+//!
+//! The thread of an event comes from the `tid`/`pid`/`procname` contexts when the trace has
+//! them, else from the thread last switched in on the event's CPU (`sched_switch`).
+//! **Syscalls on a CPU before its first `sched_switch` have no known thread: they are
+//! counted as dropped with reason `no_target`** (they cannot be routed to any target) and in
+//! [`LttngCounters::no_thread`]; they are not decode errors, the line itself is fine.
+
+use std::collections::HashMap;
+use std::io::BufRead;
+use std::sync::Arc;
+
+use faultline_engine::syscalls::Arch;
+use faultline_engine::{PerfCounters, SyscallEvent, SyscallId};
+
+use super::text::{TextLine, Value};
+use super::threads::{Threads, MAX_THREADS};
+use crate::model::EventBatch;
+use crate::pipeline::telemetry::{DropReason, SourceStats};
+use crate::sources::perf::batcher::{Batcher, Owner};
+use crate::sources::perf::DecodeLog;
+use crate::sources::{BatchReader, SourceError};
+
+/// Source name in metric labels and batches.
+pub const SOURCE: &str = "lttng";
+
+/// What the reader saw besides the events it emitted (for tests and diagnostics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LttngCounters {
+    /// Syscall records decoded (entries and exits, including dropped ones).
+    pub syscall_records: u64,
+    /// Syscall records whose thread was unknown (before the CPU's first `sched_switch`).
+    pub no_thread: u64,
+    /// Non-syscall events (scheduler, interrupts, memory, ...).
+    pub other_events: u64,
+}
+
+/// Reads babeltrace2 text (from a file, or a running babeltrace2's stdout).
+pub struct LttngTextReader<R> {
+    input: R,
+    arch: Arch,
+    text: TextLine,
+    threads: Threads,
+    /// Counter values at each thread's pending syscall entry, for per-call deltas.
+    entry_perf: HashMap<u32, PerfCounters>,
+    batcher: Batcher,
+    stats: Arc<SourceStats>,
+    counters: LttngCounters,
+    line: Vec<u8>,
+    line_no: u64,
+    bytes: u64,
+    eof: bool,
+    log: DecodeLog,
+}
+
+/// The syscall meaning of an event name.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SyscallRecord<'a> {
+    Enter(&'a [u8]),
+    Exit(&'a [u8]),
+    /// Old `exit_syscall`: which call is not said.
+    GenericExit,
+}
+
+fn classify(name: &[u8]) -> Option<SyscallRecord<'_>> {
+    let name = name.strip_prefix(b"compat_").unwrap_or(name);
+    if let Some(n) = name.strip_prefix(b"syscall_entry_") {
+        Some(SyscallRecord::Enter(n))
+    } else if let Some(n) = name.strip_prefix(b"syscall_exit_") {
+        Some(SyscallRecord::Exit(n))
+    } else if name == b"exit_syscall" {
+        Some(SyscallRecord::GenericExit)
+    } else {
+        name.strip_prefix(b"sys_").map(SyscallRecord::Enter)
+    }
+}
+
+impl<R: BufRead + Send> LttngTextReader<R> {
+    /// A reader of babeltrace2 text; `arch` names `syscall_entry_unknown { id }` numbers.
+    pub fn new(input: R, arch: Arch, stats: Arc<SourceStats>) -> Self {
+        Self {
+            input,
+            arch,
+            text: TextLine::default(),
+            threads: Threads::default(),
+            entry_perf: HashMap::new(),
+            batcher: Batcher::new(SOURCE, stats.clone()),
+            stats,
+            counters: LttngCounters::default(),
+            line: Vec::with_capacity(512),
+            line_no: 0,
+            bytes: 0,
+            eof: false,
+            log: DecodeLog::new(SOURCE),
+        }
+    }
+
+    /// What was seen so far besides emitted events.
+    pub fn counters(&self) -> LttngCounters {
+        self.counters
+    }
+
+    /// Handles one parsed line.
+    fn handle(&mut self) {
+        let line = &self.line[..];
+        let t = &self.text;
+        let name = t.name(line);
+        let Some(record) = classify(name) else {
+            self.counters.other_events += 1;
+            track_state(&mut self.threads, t, line, name);
+            return;
+        };
+        self.counters.syscall_records += 1;
+
+        // Thread: context fields first, else the CPU's running thread.
+        let ctx_tid = t.context(line, b"tid").and_then(Value::uint);
+        let tid = match ctx_tid {
+            Some(tid) => u32::try_from(tid).ok(),
+            None => t
+                .packet(line, b"cpu_id")
+                .and_then(Value::uint)
+                .and_then(|cpu| u32::try_from(cpu).ok())
+                .and_then(|cpu| self.threads.running(cpu)),
+        };
+        let Some(tid) = tid else {
+            self.counters.no_thread += 1;
+            self.stats.add_dropped(DropReason::NoTarget, 1);
+            return;
+        };
+        let ctx_pid = t
+            .context(line, b"pid")
+            .and_then(Value::uint)
+            .and_then(|p| u32::try_from(p).ok());
+        let ctx_comm = t.context(line, b"procname").and_then(|v| v.str(line));
+        if ctx_pid.is_some() || ctx_comm.is_some() {
+            self.threads.update(tid, ctx_pid, ctx_comm);
+        }
+
+        let ts = t.ts_ns;
+        let counters = perf_counters(t, line);
+        let event = match record {
+            SyscallRecord::Enter(n) => {
+                let id = self.syscall_id(n, t.payload(line, b"id"));
+                if let Some(c) = counters {
+                    if self.entry_perf.len() < MAX_THREADS || self.entry_perf.contains_key(&tid) {
+                        self.entry_perf.insert(tid, c);
+                    }
+                }
+                SyscallEvent::enter(0, tid, id, ts)
+            }
+            SyscallRecord::Exit(_) | SyscallRecord::GenericExit => {
+                let id = match record {
+                    SyscallRecord::Exit(n) if n != b"unknown" => name_to_id(n),
+                    _ => SyscallId::UNKNOWN,
+                };
+                let ret = t.payload(line, b"ret").and_then(Value::int);
+                let mut e = SyscallEvent::exit(0, tid, id, ts, ret);
+                if let (Some(end), Some(start)) = (counters, self.entry_perf.remove(&tid)) {
+                    e.perf = Some(delta(start, end));
+                }
+                e
+            }
+        };
+
+        let info = self.threads.get(tid);
+        let pid = ctx_pid.or(info.and_then(|i| i.pid)).unwrap_or(tid);
+        let thread_comm = ctx_comm
+            .or(info.map(|i| i.comm.as_slice()))
+            .unwrap_or_default();
+        // The process is named by its main thread when we know it.
+        let leader_comm = if pid == tid {
+            None
+        } else {
+            self.threads
+                .get(pid)
+                .map(|i| i.comm.as_slice())
+                .filter(|c| !c.is_empty())
+        };
+        let owner = Owner::Pid {
+            pid,
+            comm: leader_comm.unwrap_or(thread_comm),
+            leader: pid == tid || leader_comm.is_some(),
+        };
+        self.batcher.push(owner, SyscallEvent { pid, ..event });
+    }
+
+    fn syscall_id(&self, name: &[u8], id: Option<Value>) -> SyscallId {
+        if name == b"unknown" {
+            id.and_then(Value::uint)
+                .and_then(|nr| u32::try_from(nr).ok())
+                .map_or(SyscallId::UNKNOWN, |nr| {
+                    SyscallId::from_number(self.arch, nr)
+                })
+        } else {
+            name_to_id(name)
+        }
+    }
+}
+
+fn name_to_id(name: &[u8]) -> SyscallId {
+    std::str::from_utf8(name).map_or(SyscallId::UNKNOWN, SyscallId::from_name)
+}
+
+/// Scheduler and state-dump events that tell which thread runs where and who it belongs to.
+fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
+    let u32_of = |key: &[u8]| {
+        t.payload(line, key)
+            .and_then(Value::uint)
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    let str_of = |key: &[u8]| t.payload(line, key).and_then(|v| v.str(line));
+    match name {
+        b"sched_switch" => {
+            let cpu = t
+                .packet(line, b"cpu_id")
+                .and_then(Value::uint)
+                .and_then(|c| u32::try_from(c).ok());
+            if let (Some(cpu), Some(next)) = (cpu, u32_of(b"next_tid")) {
+                threads.switch_in(cpu, next, str_of(b"next_comm"));
+            }
+        }
+        b"sched_process_fork" => {
+            if let Some(child) = u32_of(b"child_tid") {
+                threads.update(child, u32_of(b"child_pid"), str_of(b"child_comm"));
+            }
+            if let Some(parent) = u32_of(b"parent_tid") {
+                threads.update(parent, u32_of(b"parent_pid"), None);
+            }
+        }
+        b"lttng_statedump_process_state" => {
+            if let Some(tid) = u32_of(b"tid") {
+                threads.update(tid, u32_of(b"pid"), str_of(b"name"));
+            }
+        }
+        b"sched_process_exec" => {
+            // The new program's name is the file's base name, cut like the kernel's comm.
+            if let (Some(tid), Some(file)) = (u32_of(b"tid"), str_of(b"filename")) {
+                let base = file.rsplit(|c| *c == b'/').next().unwrap_or(file);
+                threads.update(tid, None, Some(base.get(..15).unwrap_or(base)));
+            }
+        }
+        b"sched_process_free" => {
+            if let Some(tid) = u32_of(b"tid") {
+                threads.forget(tid);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Perf-counter contexts (`lttng add-context -t perf:cpu:cycles` …) of this event, if any.
+fn perf_counters(t: &TextLine, line: &[u8]) -> Option<PerfCounters> {
+    let mut c = PerfCounters::default();
+    let mut any = false;
+    for (key, value) in t.context_with_prefix(line, b"perf_") {
+        let Some(v) = value.uint() else { continue };
+        let kind = key
+            .strip_prefix(b"perf_cpu_")
+            .or_else(|| key.strip_prefix(b"perf_thread_"))
+            .unwrap_or(key);
+        let slot = match kind {
+            b"cycles" | b"cpu_cycles" => &mut c.cycles,
+            b"instructions" => &mut c.instructions,
+            b"cache_misses" => &mut c.cache_misses,
+            b"context_switches" | b"cs" => &mut c.context_switches,
+            _ => continue,
+        };
+        *slot = v;
+        any = true;
+    }
+    any.then_some(c)
+}
+
+/// Counter growth over a call (counters are monotonic; a reset reads as 0, not a wrap).
+fn delta(start: PerfCounters, end: PerfCounters) -> PerfCounters {
+    PerfCounters {
+        cycles: end.cycles.saturating_sub(start.cycles),
+        instructions: end.instructions.saturating_sub(start.instructions),
+        cache_misses: end.cache_misses.saturating_sub(start.cache_misses),
+        context_switches: end.context_switches.saturating_sub(start.context_switches),
+    }
+}
+
+impl<R: BufRead + Send> BatchReader for LttngTextReader<R> {
+    fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
+        loop {
+            if let Some(batch) = self.batcher.pop_ready() {
+                return Ok(Some(batch));
+            }
+            if self.eof {
+                return Ok(None);
+            }
+            self.line.clear();
+            let n = self
+                .input
+                .read_until(b'\n', &mut self.line)
+                .map_err(|source| SourceError::Io {
+                    what: "babeltrace2 output".into(),
+                    source,
+                })?;
+            if n == 0 {
+                self.eof = true;
+                self.batcher.flush_all();
+                continue;
+            }
+            self.bytes += n as u64;
+            self.line_no += 1;
+            if self.line.trim_ascii().is_empty() {
+                continue;
+            }
+            match self.text.parse(&self.line) {
+                Ok(()) => self.handle(),
+                Err(why) => {
+                    self.stats.add_decode_errors(1);
+                    tracing::debug!(
+                        line_no = self.line_no,
+                        reason = why.0,
+                        "bad babeltrace2 line"
+                    );
+                    self.log.bad_line(self.line_no, &self.line);
+                }
+            }
+        }
+    }
+
+    fn bytes_read(&self) -> u64 {
+        self.bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read_all(text: &str) -> (Vec<EventBatch>, LttngCounters, Arc<SourceStats>) {
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = LttngTextReader::new(text.as_bytes(), Arch::X86_64, stats.clone());
+        let mut out = Vec::new();
+        while let Some(b) = r.next_batch().unwrap() {
+            out.push(b);
+        }
+        (out, r.counters(), stats)
+    }
+
+    #[test]
+    fn thread_from_sched_switch_and_pid_from_fork() {
+        let (batches, c, stats) = read_all(concat!(
+            "[1.000000000] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000001] h sched_process_fork: { cpu_id = 1 }, { parent_comm = \"db\", parent_tid = 10, parent_pid = 10, child_comm = \"db\", child_tid = 11, child_pid = 10 }\n",
+            "[1.000000002] h sched_switch: { cpu_id = 0 }, { prev_comm = \"swapper/0\", prev_tid = 0, prev_prio = 20, prev_state = 0, next_comm = \"db\", next_tid = 11, next_prio = 20 }\n",
+            "[1.000000003] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000004] h syscall_exit_read: { cpu_id = 0 }, { ret = -11 }\n",
+            "garbage\n",
+        ));
+        assert_eq!(c.no_thread, 1);
+        assert_eq!(stats.dropped(DropReason::NoTarget), 1);
+        assert_eq!(stats.decode_errors(), 1);
+        assert_eq!(batches.len(), 1);
+        let b = &batches[0];
+        assert_eq!(b.process.pid, Some(10));
+        assert_eq!(b.process.comm.as_deref(), Some("db"));
+        assert_eq!(b.events.len(), 2);
+        assert!(b.events.iter().all(|e| e.pid == 10 && e.tid == 11));
+        assert_eq!(b.events[1].ret, Some(-11));
+    }
+
+    #[test]
+    fn contexts_and_perf_counter_deltas() {
+        let (batches, c, _) = read_all(concat!(
+            "[2.0] h syscall_entry_write: { cpu_id = 0 }, { tid = 7, pid = 5, procname = \"app\", perf_cpu_cycles = 100, perf_cpu_cache_misses = 4 }, { fd = 1 }\n",
+            "[2.1] h syscall_exit_write: { cpu_id = 0 }, { tid = 7, pid = 5, procname = \"app\", perf_cpu_cycles = 350, perf_cpu_cache_misses = 9 }, { ret = 4 }\n",
+        ));
+        assert_eq!(c.no_thread, 0);
+        let e = &batches[0].events;
+        assert_eq!((e[0].pid, e[0].tid), (5, 7));
+        let p = e[1].perf.unwrap();
+        assert_eq!((p.cycles, p.cache_misses), (250, 5));
+        assert_eq!(e[0].ts_ns, 2_000_000_000);
+    }
+
+    #[test]
+    fn old_naming_has_generic_exit() {
+        let (batches, c, _) = read_all(concat!(
+            "[3.0] h sched_switch: { cpu_id = 2 }, { prev_comm = \"a\", prev_tid = 0, next_comm = \"x\", next_tid = 9 }\n",
+            "[3.1] h sys_ioctl: { cpu_id = 2 }, { fd = 26 }\n",
+            "[3.2] h exit_syscall: { cpu_id = 2 }, { ret = 0 }\n",
+        ));
+        assert_eq!(c.syscall_records, 2);
+        let e = &batches[0].events;
+        assert_eq!(e[1].syscall, SyscallId::UNKNOWN);
+        assert_eq!(e[1].kind, faultline_engine::EventKind::Exit);
+        assert_eq!(batches[0].process.comm.as_deref(), Some("x"));
+    }
+}

@@ -1,0 +1,306 @@
+//! Whole OTLP export requests → per-process [`EventBatch`]es plus the tallies the receiver
+//! reports back (partial success) and counts (telemetry).
+
+use faultline_engine::SyscallEvent;
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::KeyValue;
+use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+use opentelemetry_proto::tonic::resource::v1::Resource;
+
+use super::attributes::{AttrValue, Attrs, Layered, OtlpAttributeNames};
+use super::record::{map_record, Mapped, RecordTime};
+use crate::model::{EventBatch, ProcessInfo};
+use crate::sources::MAX_BATCH_EVENTS;
+
+/// The result of decoding one request.
+#[derive(Debug, Default)]
+pub(crate) struct Decoded {
+    pub batches: Vec<EventBatch>,
+    /// Syscall events decoded (the sum over `batches`).
+    pub events: u64,
+    /// Syscall records that could not be used (partial success, decode errors).
+    pub rejected: u64,
+    /// Records that are not syscall telemetry (dropped, counted).
+    pub not_syscall: u64,
+    /// Metric data points received; faultline does not use them (see docs/otlp-mapping.md).
+    pub unused_metric_points: u64,
+    /// The first rejection, for `partial_success.error_message`.
+    pub first_error: Option<String>,
+}
+
+impl Decoded {
+    fn reject(&mut self, why: impl FnOnce() -> String) {
+        self.rejected += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(why());
+        }
+    }
+
+    /// `partial_success.error_message`: the first reason plus how many records it stands for.
+    pub fn error_message(&self) -> String {
+        match &self.first_error {
+            Some(e) if self.rejected > 1 => {
+                format!("{} syscall records rejected; first: {e}", self.rejected)
+            }
+            Some(e) => format!("1 syscall record rejected: {e}"),
+            None => String::new(),
+        }
+    }
+}
+
+/// Collects events per process, cutting batches at [`MAX_BATCH_EVENTS`].
+pub(crate) struct Grouper {
+    source: &'static str,
+    open: Vec<(ProcessInfo, Vec<SyscallEvent>)>,
+    out: Decoded,
+}
+
+impl Grouper {
+    pub fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            open: Vec::new(),
+            out: Decoded::default(),
+        }
+    }
+
+    /// Routes one mapped record; `process` is the record's process (event pid wins over it).
+    pub fn add(&mut self, process: &ProcessInfo, mapped: Mapped) {
+        match mapped {
+            Mapped::Event(ev) => self.push(process, ev),
+            Mapped::NotSyscall => self.out.not_syscall += 1,
+            Mapped::Rejected(r) => self.out.reject(|| r.to_string()),
+        }
+    }
+
+    /// Counts a record rejected before mapping (e.g. a flat JSON line that is no object).
+    pub fn reject(&mut self, why: impl FnOnce() -> String) {
+        self.out.reject(why);
+    }
+
+    pub fn add_unused_metric_points(&mut self, n: u64) {
+        self.out.unused_metric_points += n;
+    }
+
+    fn push(&mut self, process: &ProcessInfo, ev: SyscallEvent) {
+        let pid = (ev.pid != 0).then_some(ev.pid).or(process.pid);
+        let same = |p: &ProcessInfo| {
+            p.pid == pid
+                && p.service_name == process.service_name
+                && p.comm == process.comm
+                && p.host == process.host
+        };
+        // Requests mostly carry one process, so the last group is nearly always the one.
+        let idx = match self.open.iter().rposition(|(p, _)| same(p)) {
+            Some(i) => i,
+            None => {
+                let mut p = process.clone();
+                p.pid = pid;
+                self.open.push((p, Vec::new()));
+                self.open.len() - 1
+            }
+        };
+        let Some((p, events)) = self.open.get_mut(idx) else {
+            return;
+        };
+        events.push(ev);
+        self.out.events += 1;
+        if events.len() >= MAX_BATCH_EVENTS {
+            let batch = EventBatch {
+                source: self.source,
+                process: p.clone(),
+                events: std::mem::take(events),
+            };
+            self.out.batches.push(batch);
+        }
+    }
+
+    pub fn finish(mut self) -> Decoded {
+        for (process, events) in self.open.drain(..) {
+            if !events.is_empty() {
+                self.out.batches.push(EventBatch {
+                    source: self.source,
+                    process,
+                    events,
+                });
+            }
+        }
+        self.out
+    }
+}
+
+/// The process a set of (resource or flat record) attributes describes.
+pub(crate) fn process_info<A: Attrs + ?Sized>(
+    names: &OtlpAttributeNames,
+    attrs: &A,
+) -> ProcessInfo {
+    let s = |key: &str| attrs.get(key).and_then(|v| v.as_str().map(str::to_string));
+    ProcessInfo {
+        pid: attrs
+            .get(&names.process_pid)
+            .and_then(AttrValue::as_u64)
+            .and_then(|p| u32::try_from(p).ok()),
+        comm: s(&names.process_executable_name),
+        service_name: s(&names.service_name),
+        host: s(&names.host_name),
+        cgroup: None,
+    }
+}
+
+fn resource_attrs(r: &Option<Resource>) -> &[KeyValue] {
+    r.as_ref().map(|r| r.attributes.as_slice()).unwrap_or(&[])
+}
+
+/// Log records: one record = one syscall (or one half of it, with a phase attribute).
+pub(crate) fn logs(
+    source: &'static str,
+    names: &OtlpAttributeNames,
+    req: &ExportLogsServiceRequest,
+) -> Decoded {
+    let mut g = Grouper::new(source);
+    for rl in &req.resource_logs {
+        let res = resource_attrs(&rl.resource);
+        let process = process_info(names, res);
+        for rec in rl.scope_logs.iter().flat_map(|s| s.log_records.iter()) {
+            let attrs = Layered {
+                first: rec.attributes.as_slice(),
+                then: res,
+            };
+            let t = if rec.time_unix_nano != 0 {
+                rec.time_unix_nano
+            } else {
+                rec.observed_time_unix_nano
+            };
+            g.add(
+                &process,
+                map_record(names, &attrs, RecordTime::Instant(t), None),
+            );
+        }
+    }
+    g.finish()
+}
+
+/// Spans: one span = one whole call from its start to its end.
+pub(crate) fn traces(
+    source: &'static str,
+    names: &OtlpAttributeNames,
+    req: &ExportTraceServiceRequest,
+) -> Decoded {
+    let mut g = Grouper::new(source);
+    for rs in &req.resource_spans {
+        let res = resource_attrs(&rs.resource);
+        let process = process_info(names, res);
+        for span in rs.scope_spans.iter().flat_map(|s| s.spans.iter()) {
+            let attrs = Layered {
+                first: span.attributes.as_slice(),
+                then: res,
+            };
+            let t = RecordTime::Span {
+                start_ns: span.start_time_unix_nano,
+                end_ns: span.end_time_unix_nano,
+            };
+            g.add(&process, map_record(names, &attrs, t, Some(&span.name)));
+        }
+    }
+    g.finish()
+}
+
+/// Metrics carry per-interval values, not per-call ones, so they cannot be attached to
+/// syscall events: accepted (so pipelines that fan out all signals keep working) and counted.
+pub(crate) fn metrics(source: &'static str, req: &ExportMetricsServiceRequest) -> Decoded {
+    let mut g = Grouper::new(source);
+    let points: usize = req
+        .resource_metrics
+        .iter()
+        .flat_map(|r| r.scope_metrics.iter())
+        .flat_map(|s| s.metrics.iter())
+        .map(|m| match &m.data {
+            Some(Data::Gauge(d)) => d.data_points.len(),
+            Some(Data::Sum(d)) => d.data_points.len(),
+            Some(Data::Histogram(d)) => d.data_points.len(),
+            Some(Data::ExponentialHistogram(d)) => d.data_points.len(),
+            Some(Data::Summary(d)) => d.data_points.len(),
+            None => 0,
+        })
+        .sum();
+    g.add_unused_metric_points(points as u64);
+    g.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use opentelemetry_proto::tonic::common::v1::{any_value::Value, AnyValue};
+    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+
+    fn kv(key: &str, v: Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(v) }),
+            ..Default::default()
+        }
+    }
+
+    fn request(n: usize) -> ExportLogsServiceRequest {
+        let rec = |i: usize| LogRecord {
+            time_unix_nano: 1_000 + i as u64,
+            attributes: vec![
+                kv("syscall.name", Value::StringValue("read".into())),
+                kv("thread.id", Value::IntValue(10 + (i % 3) as i64)),
+                kv("syscall.duration_ns", Value::IntValue(5)),
+            ],
+            ..Default::default()
+        };
+        ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                resource: Some(Resource {
+                    attributes: vec![
+                        kv("service.name", Value::StringValue("db".into())),
+                        kv("process.pid", Value::IntValue(77)),
+                    ],
+                    ..Default::default()
+                }),
+                scope_logs: vec![ScopeLogs {
+                    log_records: (0..n).map(rec).chain([LogRecord::default()]).collect(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn batches_are_per_process_and_capped() {
+        let n = MAX_BATCH_EVENTS + 10;
+        let d = logs("otlp_grpc", &OtlpAttributeNames::default(), &request(n));
+        assert_eq!(d.events, n as u64);
+        assert_eq!(d.not_syscall, 1);
+        assert_eq!(d.rejected, 0);
+        let sizes: Vec<usize> = d.batches.iter().map(|b| b.events.len()).collect();
+        assert_eq!(sizes, vec![MAX_BATCH_EVENTS, 10]);
+        for b in &d.batches {
+            assert_eq!(b.source, "otlp_grpc");
+            assert_eq!(b.process.pid, Some(77));
+            assert_eq!(b.process.service_name.as_deref(), Some("db"));
+            assert!(b.events.iter().all(|e| e.pid == 77));
+        }
+    }
+
+    #[test]
+    fn a_record_pid_splits_the_batch() {
+        let mut req = request(2);
+        if let Some(r) = req.resource_logs[0].scope_logs[0].log_records.get_mut(0) {
+            r.attributes.push(kv("process.pid", Value::IntValue(78)));
+        }
+        let d = logs("otlp_http", &OtlpAttributeNames::default(), &req);
+        let mut pids: Vec<_> = d
+            .batches
+            .iter()
+            .map(|b| (b.process.pid, b.events.len()))
+            .collect();
+        pids.sort();
+        assert_eq!(pids, vec![(Some(77), 1), (Some(78), 1)]);
+    }
+}

@@ -1,0 +1,95 @@
+//! The transport-independent receiver: decode a request of one signal, queue its batches,
+//! and build the OTLP response body. gRPC and HTTP wrap it with their own status codes.
+
+use std::sync::Arc;
+
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsPartialSuccess, ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+
+use super::attributes::OtlpAttributeNames;
+use super::convert::{self, Decoded};
+use super::deliver::{deliver, Delivery, OtlpCounters};
+use crate::pipeline::queue::BatchSender;
+
+/// Everything a front end needs to accept requests for one source name.
+#[derive(Clone, Debug)]
+pub(crate) struct Ingest {
+    pub sender: BatchSender,
+    pub names: Arc<OtlpAttributeNames>,
+    pub counters: Arc<OtlpCounters>,
+}
+
+/// A request that did not even decode: counted once as a decode error.
+pub(crate) fn count_malformed(sender: &BatchSender) {
+    sender.stats().add_decode_errors(1);
+}
+
+/// Outcome of one export: either the response body to send, or why not.
+pub(crate) type Outcome<R> = Result<R, Delivery>;
+
+impl Ingest {
+    fn source(&self) -> &'static str {
+        self.sender.stats().name
+    }
+
+    fn run<R>(&self, decoded: Decoded, ok: impl FnOnce(i64, String) -> R) -> Outcome<R> {
+        match deliver(&self.sender, &self.counters, decoded) {
+            Delivery::Accepted { rejected, message } => {
+                Ok(ok(i64::try_from(rejected).unwrap_or(i64::MAX), message))
+            }
+            other => Err(other),
+        }
+    }
+
+    pub fn logs(&self, req: &ExportLogsServiceRequest) -> Outcome<ExportLogsServiceResponse> {
+        let d = convert::logs(self.source(), &self.names, req);
+        self.run(d, |rejected, message| ExportLogsServiceResponse {
+            partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
+                rejected_log_records: rejected,
+                error_message: message,
+            }),
+        })
+    }
+
+    pub fn traces(&self, req: &ExportTraceServiceRequest) -> Outcome<ExportTraceServiceResponse> {
+        let d = convert::traces(self.source(), &self.names, req);
+        self.run(d, |rejected, message| ExportTraceServiceResponse {
+            partial_success: (rejected > 0).then_some(ExportTracePartialSuccess {
+                rejected_spans: rejected,
+                error_message: message,
+            }),
+        })
+    }
+
+    pub fn metrics(
+        &self,
+        req: &ExportMetricsServiceRequest,
+    ) -> Outcome<ExportMetricsServiceResponse> {
+        let d = convert::metrics(self.source(), req);
+        self.run(d, |rejected, message| ExportMetricsServiceResponse {
+            partial_success: (rejected > 0).then_some(ExportMetricsPartialSuccess {
+                rejected_data_points: rejected,
+                error_message: message,
+            }),
+        })
+    }
+
+    /// Vector-style flat JSON objects (array or NDJSON), answered like a logs export.
+    /// `Err` when the body is not JSON events at all.
+    pub fn flat_json(&self, body: &[u8]) -> Result<Outcome<ExportLogsServiceResponse>, String> {
+        let d = super::flat_json::decode(self.source(), &self.names, body)?;
+        Ok(self.run(d, |rejected, message| ExportLogsServiceResponse {
+            partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
+                rejected_log_records: rejected,
+                error_message: message,
+            }),
+        }))
+    }
+}

@@ -1,0 +1,268 @@
+//! Groups a stream of decoded syscall events into per-process [`EventBatch`]es.
+//!
+//! Text traces interleave all processes line by line; the pipeline wants one process per
+//! batch so it resolves the target once per batch. Events of one process stay in arrival
+//! order (so per-thread order is preserved); order *across* processes is not kept, which
+//! the engine does not need. Memory is bounded: at most [`PENDING_EVENTS_CAP`] events and
+//! [`MAX_GROUPS`] processes are held before everything is flushed.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use faultline_engine::SyscallEvent;
+
+use crate::model::{EventBatch, ProcessInfo};
+use crate::pipeline::telemetry::SourceStats;
+use crate::sources::MAX_BATCH_EVENTS;
+
+/// Events held back across all processes before a full flush (bounds memory and latency).
+pub const PENDING_EVENTS_CAP: usize = 16 * MAX_BATCH_EVENTS;
+/// Distinct processes tracked before a full flush (bounds the group tables).
+pub const MAX_GROUPS: usize = 4096;
+/// Trace time after which held events are flushed, so live streams stay near real time.
+pub const FLUSH_AFTER_NS: u64 = 1_000_000_000;
+
+/// Who a line belongs to: the process id when the trace has it, else only the command name
+/// (perf's default field set and `perf trace` print thread ids only).
+#[derive(Clone, Copy, Debug)]
+pub enum Owner<'a> {
+    /// A known process; `leader` is true when the event's thread is the process's main thread,
+    /// whose name is the process name (other threads may carry their own names).
+    Pid {
+        pid: u32,
+        comm: &'a [u8],
+        leader: bool,
+    },
+    /// Process unknown: grouped by command name.
+    Comm(&'a [u8]),
+}
+
+struct Group {
+    process: ProcessInfo,
+    events: Vec<SyscallEvent>,
+}
+
+/// The per-process accumulator shared by the text decoders.
+pub struct Batcher {
+    source: &'static str,
+    stats: Arc<SourceStats>,
+    groups: Vec<Group>,
+    by_pid: HashMap<u32, usize>,
+    by_comm: HashMap<Vec<u8>, usize>,
+    ready: VecDeque<EventBatch>,
+    pending: usize,
+    window_start_ns: Option<u64>,
+}
+
+impl Batcher {
+    /// A batcher whose batches carry `source` and whose emitted events count as `received`.
+    pub fn new(source: &'static str, stats: Arc<SourceStats>) -> Self {
+        Self {
+            source,
+            stats,
+            groups: Vec::new(),
+            by_pid: HashMap::new(),
+            by_comm: HashMap::new(),
+            ready: VecDeque::new(),
+            pending: 0,
+            window_start_ns: None,
+        }
+    }
+
+    /// Adds one event of `owner`; may make batches ready.
+    pub fn push(&mut self, owner: Owner<'_>, event: SyscallEvent) {
+        match self.window_start_ns {
+            None => self.window_start_ns = Some(event.ts_ns),
+            Some(start) if event.ts_ns.saturating_sub(start) > FLUSH_AFTER_NS => {
+                self.flush_all();
+                self.window_start_ns = Some(event.ts_ns);
+            }
+            Some(_) => {}
+        }
+        let idx = self.group_index(owner);
+        let Some(group) = self.groups.get_mut(idx) else {
+            return;
+        };
+        group.events.push(event);
+        self.pending += 1;
+        if group.events.len() >= MAX_BATCH_EVENTS {
+            self.flush_group(idx);
+        }
+        if self.pending >= PENDING_EVENTS_CAP {
+            self.flush_all();
+        }
+    }
+
+    /// The next finished batch, if any.
+    pub fn pop_ready(&mut self) -> Option<EventBatch> {
+        let batch = self.ready.pop_front()?;
+        self.stats.add_received(batch.events.len() as u64);
+        Some(batch)
+    }
+
+    /// Makes every held event ready (end of input, or a bound was reached).
+    pub fn flush_all(&mut self) {
+        for idx in 0..self.groups.len() {
+            self.flush_group(idx);
+        }
+        if self.groups.len() >= MAX_GROUPS {
+            self.groups.clear();
+            self.by_pid.clear();
+            self.by_comm.clear();
+        }
+        self.pending = 0;
+    }
+
+    fn flush_group(&mut self, idx: usize) {
+        let Some(group) = self.groups.get_mut(idx) else {
+            return;
+        };
+        if group.events.is_empty() {
+            return;
+        }
+        let events = std::mem::take(&mut group.events);
+        self.pending = self.pending.saturating_sub(events.len());
+        self.ready.push_back(EventBatch {
+            source: self.source,
+            process: group.process.clone(),
+            events,
+        });
+    }
+
+    fn group_index(&mut self, owner: Owner<'_>) -> usize {
+        if self.groups.len() >= MAX_GROUPS {
+            self.flush_all();
+        }
+        match owner {
+            Owner::Pid { pid, comm, leader } => {
+                if let Some(&idx) = self.by_pid.get(&pid) {
+                    self.rename_if_needed(idx, comm, leader);
+                    return idx;
+                }
+                let idx = self.new_group(Some(pid), comm);
+                self.by_pid.insert(pid, idx);
+                idx
+            }
+            Owner::Comm(comm) => {
+                if let Some(&idx) = self.by_comm.get(comm) {
+                    return idx;
+                }
+                let idx = self.new_group(None, comm);
+                self.by_comm.insert(comm.to_vec(), idx);
+                idx
+            }
+        }
+    }
+
+    /// The main thread's name is the process name; it changes on `exec`, and events before
+    /// and after must not share a batch (the router may match only one of the names).
+    fn rename_if_needed(&mut self, idx: usize, comm: &[u8], leader: bool) {
+        let Some(group) = self.groups.get(idx) else {
+            return;
+        };
+        let same = group.process.comm.as_deref().map(str::as_bytes) == Some(comm);
+        if same || !leader {
+            return;
+        }
+        self.flush_group(idx);
+        if let Some(group) = self.groups.get_mut(idx) {
+            group.process.comm = Some(String::from_utf8_lossy(comm).into_owned());
+        }
+    }
+
+    fn new_group(&mut self, pid: Option<u32>, comm: &[u8]) -> usize {
+        self.groups.push(Group {
+            process: ProcessInfo {
+                pid,
+                comm: Some(String::from_utf8_lossy(comm).into_owned()),
+                ..ProcessInfo::default()
+            },
+            events: Vec::new(),
+        });
+        self.groups.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_engine::SyscallId;
+
+    fn ev(pid: u32, tid: u32, ts: u64) -> SyscallEvent {
+        SyscallEvent::enter(pid, tid, SyscallId::UNKNOWN, ts)
+    }
+
+    fn drain(b: &mut Batcher) -> Vec<EventBatch> {
+        b.flush_all();
+        std::iter::from_fn(|| b.pop_ready()).collect()
+    }
+
+    #[test]
+    fn groups_per_pid_and_keeps_order() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats.clone());
+        for i in 0..10u64 {
+            let pid = if i % 2 == 0 { 1 } else { 2 };
+            let comm: &[u8] = if pid == 1 { b"a" } else { b"b" };
+            b.push(
+                Owner::Pid {
+                    pid,
+                    comm,
+                    leader: true,
+                },
+                ev(pid, pid, i),
+            );
+        }
+        let batches = drain(&mut b);
+        assert_eq!(batches.len(), 2);
+        for batch in &batches {
+            assert!(batch
+                .events
+                .iter()
+                .all(|e| Some(e.pid) == batch.process.pid));
+            assert!(batch.events.windows(2).all(|w| w[0].ts_ns < w[1].ts_ns));
+        }
+        assert_eq!(stats.received(), 10);
+    }
+
+    #[test]
+    fn full_batches_are_split_at_the_cap() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats);
+        let n = MAX_BATCH_EVENTS * 2 + 5;
+        for i in 0..n {
+            b.push(Owner::Comm(b"x"), ev(7, 7, i as u64));
+        }
+        let sizes: Vec<usize> = drain(&mut b).iter().map(|b| b.events.len()).collect();
+        assert_eq!(sizes, vec![MAX_BATCH_EVENTS, MAX_BATCH_EVENTS, 5]);
+    }
+
+    #[test]
+    fn exec_renames_start_a_new_batch() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats);
+        let owner = |comm| Owner::Pid {
+            pid: 5,
+            comm,
+            leader: true,
+        };
+        b.push(owner(b"sh"), ev(5, 5, 1));
+        b.push(owner(b"ls"), ev(5, 5, 2));
+        let batches = drain(&mut b);
+        let names: Vec<_> = batches
+            .iter()
+            .map(|b| b.process.comm.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(names, vec!["sh", "ls"]);
+    }
+
+    #[test]
+    fn stale_events_are_flushed_by_trace_time() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats);
+        b.push(Owner::Comm(b"x"), ev(1, 1, 0));
+        assert!(b.pop_ready().is_none());
+        b.push(Owner::Comm(b"x"), ev(1, 1, FLUSH_AFTER_NS + 1));
+        assert_eq!(b.pop_ready().map(|b| b.events.len()), Some(1));
+    }
+}

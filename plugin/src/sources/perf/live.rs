@@ -1,0 +1,179 @@
+//! Live capture: runs `perf record … -o - | perf script` (or `perf trace`) on given pids, a
+//! cgroup, a command or the whole system, and streams the text through the same readers as
+//! recorded files. Readers block; the host runs them in `spawn_blocking`.
+
+use std::process::Command;
+use std::sync::Arc;
+
+use faultline_engine::syscalls::Arch;
+
+use super::script::PerfScriptReader;
+use super::trace::PerfTraceReader;
+use crate::pipeline::telemetry::SourceStats;
+use crate::sources::input::ChildOutput;
+use crate::sources::SourceError;
+
+/// The executable.
+pub const PERF: &str = "perf";
+const INSTALL_HINT: &str =
+    "install perf, e.g. `apt install linux-perf` (Debian) or `linux-tools-$(uname -r)` (Ubuntu)";
+
+/// What to trace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PerfTarget {
+    /// Existing processes (all their threads).
+    Pids(Vec<u32>),
+    /// Every process of a cgroup (v2 path relative to the cgroup root, e.g. `system.slice/db.service`).
+    Cgroup(String),
+    /// A command started under perf; its stdout goes to our stderr so it cannot corrupt the
+    /// trace stream on stdout.
+    Command(Vec<String>),
+    /// All processes (heavy: every syscall of the machine).
+    SystemWide,
+}
+
+/// Ring-buffer pages per CPU (4 MiB): with perf's default, a busy process overruns the
+/// buffer while `perf record` writes to a pipe and perf silently loses most events.
+const MMAP_PAGES: &str = "1024";
+
+/// The tracepoints of every call's two halves.
+const EVENTS: [&str; 4] = [
+    "-e",
+    "raw_syscalls:sys_enter",
+    "-e",
+    "raw_syscalls:sys_exit",
+];
+
+fn target_args(cmd: &mut Command, target: &PerfTarget) -> Result<(), SourceError> {
+    match target {
+        PerfTarget::Pids(pids) if pids.is_empty() => {
+            return Err(SourceError::Invalid("perf: empty pid list".into()))
+        }
+        PerfTarget::Pids(pids) => {
+            let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+            cmd.arg("-p").arg(list.join(","));
+        }
+        // perf's -G needs system-wide mode.
+        PerfTarget::Cgroup(cg) => {
+            cmd.arg("-a").arg("-G").arg(cg);
+        }
+        PerfTarget::Command(argv) if argv.is_empty() => {
+            return Err(SourceError::Invalid("perf: empty command".into()))
+        }
+        PerfTarget::Command(argv) => {
+            cmd.args(["--", "sh", "-c", "exec \"$@\" 1>&2", "faultline-workload"])
+                .args(argv);
+        }
+        PerfTarget::SystemWide => {
+            cmd.arg("-a");
+        }
+    }
+    Ok(())
+}
+
+/// The `perf record` command writing pipe-mode data to stdout.
+pub fn record_command(target: &PerfTarget) -> Result<Command, SourceError> {
+    let mut cmd = Command::new(PERF);
+    cmd.arg("record")
+        .arg("-q")
+        .args(["-m", MMAP_PAGES])
+        .args(EVENTS)
+        .args(["-k", "CLOCK_MONOTONIC", "-o", "-"]);
+    target_args(&mut cmd, target)?;
+    Ok(cmd)
+}
+
+/// The `perf script` command decoding pipe-mode data from stdin into the compact field set.
+pub fn script_command() -> Command {
+    let mut cmd = Command::new(PERF);
+    cmd.args([
+        "script",
+        "-i",
+        "-",
+        "--ns",
+        "-F",
+        "comm,pid,tid,time,event,trace",
+    ]);
+    cmd
+}
+
+/// Starts `perf record | perf script` on `target`.
+pub fn spawn_script(
+    target: &PerfTarget,
+    arch: Arch,
+    stats: Arc<SourceStats>,
+) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
+    warn_if_not_permitted();
+    let out = ChildOutput::spawn_pipe(record_command(target)?, script_command(), INSTALL_HINT)?;
+    Ok(PerfScriptReader::new(out, arch, stats))
+}
+
+/// Starts `perf trace` on `target` (whole calls with durations, lower volume than record).
+pub fn spawn_trace(
+    target: &PerfTarget,
+    stats: Arc<SourceStats>,
+) -> Result<PerfTraceReader<ChildOutput>, SourceError> {
+    warn_if_not_permitted();
+    let mut cmd = Command::new(PERF);
+    // perf trace writes to stderr unless told otherwise.
+    cmd.args(["trace", "-T", "-o", "/dev/stdout"]);
+    target_args(&mut cmd, target)?;
+    let out = ChildOutput::spawn(cmd, INSTALL_HINT)?;
+    Ok(PerfTraceReader::new(out, stats))
+}
+
+/// Why perf will probably be refused, when it can be told up front.
+///
+/// Tracepoints need root, `CAP_PERFMON`, or `kernel.perf_event_paranoid = -1`; we cannot see
+/// capabilities cheaply, so this only warns and perf's own error (carried in the read error)
+/// remains the authority.
+pub fn permission_problem() -> Option<String> {
+    let paranoid: i32 = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let euid: u32 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    (euid != 0 && paranoid > -1).then(|| {
+        format!(
+            "tracing syscalls with perf needs root or CAP_PERFMON, or kernel.perf_event_paranoid=-1 (it is {paranoid})"
+        )
+    })
+}
+
+fn warn_if_not_permitted() {
+    if let Some(problem) = permission_problem() {
+        tracing::warn!("{problem}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(cmd: &Command) -> Vec<String> {
+        cmd.get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn record_targets() {
+        let a = args(&record_command(&PerfTarget::Pids(vec![1, 2])).unwrap());
+        assert!(a.windows(2).any(|w| w == ["-p", "1,2"]));
+        assert!(a.windows(2).any(|w| w == ["-o", "-"]));
+        let a = args(&record_command(&PerfTarget::Cgroup("db".into())).unwrap());
+        assert!(a.windows(3).any(|w| w == ["-a", "-G", "db"]));
+        let a = args(&record_command(&PerfTarget::Command(vec!["ls".into()])).unwrap());
+        assert_eq!(a.last().map(String::as_str), Some("ls"));
+        assert!(record_command(&PerfTarget::Pids(vec![])).is_err());
+        assert!(record_command(&PerfTarget::Command(vec![])).is_err());
+    }
+}

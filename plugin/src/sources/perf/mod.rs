@@ -1,0 +1,58 @@
+//! The perf sources: `perf script` text of syscall tracepoints, `perf trace` text, and live
+//! capture by running `perf` as a child process whose output goes through the same readers.
+
+pub mod batcher;
+pub mod live;
+pub mod script;
+pub mod script_line;
+pub mod trace;
+
+pub use script::PerfScriptReader;
+pub use trace::PerfTraceReader;
+
+use faultline_engine::syscalls::Arch;
+
+/// Bad input lines logged in full before the log goes quiet (the counter keeps counting).
+const LOGGED_BAD_LINES: u64 = 5;
+
+/// Rate-limits warnings about undecodable lines: a corrupt file must not flood the log,
+/// yet the first few examples (with line numbers) are what a user needs to see.
+#[derive(Debug)]
+pub struct DecodeLog {
+    source: &'static str,
+    logged: u64,
+}
+
+impl DecodeLog {
+    pub fn new(source: &'static str) -> Self {
+        Self { source, logged: 0 }
+    }
+
+    /// Records one bad line; warns for the first few only.
+    pub fn bad_line(&mut self, line_no: u64, line: &[u8]) {
+        if self.logged < LOGGED_BAD_LINES {
+            let shown: String = String::from_utf8_lossy(line)
+                .trim_end()
+                .chars()
+                .take(200)
+                .collect();
+            tracing::warn!(source = self.source, line_no, line = %shown, "undecodable line skipped");
+        } else if self.logged == LOGGED_BAD_LINES {
+            tracing::warn!(
+                source = self.source,
+                "more undecodable lines; only counting them from now on"
+            );
+        }
+        self.logged += 1;
+    }
+}
+
+/// Parses an architecture name as given on the command line or in config
+/// (`x86_64`/`amd64`, `aarch64`/`arm64`).
+pub fn parse_arch(name: &str) -> Option<Arch> {
+    match name.to_ascii_lowercase().as_str() {
+        "x86_64" | "x86-64" | "amd64" => Some(Arch::X86_64),
+        "aarch64" | "arm64" => Some(Arch::Aarch64),
+        _ => None,
+    }
+}

@@ -1,0 +1,286 @@
+//! Loading `faultline run` configs: defaults, TOML and YAML, environment overrides, and
+//! errors that name the wrong key.
+
+use std::path::Path;
+
+use faultline::config::{self, load_from_str, Config, ConfigFormat};
+
+fn no_env() -> Vec<(String, String)> {
+    Vec::new()
+}
+
+fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+fn err_of(text: &str, format: ConfigFormat) -> String {
+    match load_from_str(Some(text), format, no_env()) {
+        Ok(c) => panic!("expected an error, got {c:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn no_file_gives_loopback_defaults_that_validate() {
+    let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
+    assert_eq!(cfg, Config::default());
+    assert_eq!(cfg.sinks.prometheus.listen, "127.0.0.1:9464");
+    assert!(cfg.sinks.prometheus.enabled);
+    assert!(cfg.sources.otlp.enabled);
+    assert!(!cfg.sources.perf.enabled && !cfg.sources.lttng.enabled && !cfg.sinks.json.enabled);
+    assert!(cfg.targets.is_empty());
+}
+
+#[test]
+fn toml_targets_get_their_own_parameters() {
+    let text = r#"
+        [analysis]
+        alpha_seconds = 0.8
+        top_n = 7
+
+        [[targets]]
+        name = "db"
+        process_names = ["mariadbd"]
+        alpha_seconds = 1.5
+        beta_seconds = 0.4
+        analysis = { window_seconds = 120.0 }
+
+        [[targets]]
+        name = "web"
+        service_names = ["frontend"]
+
+        [sinks.json]
+        enabled = true
+        path = "/tmp/reports.jsonl"
+    "#;
+    let cfg = load_from_str(Some(text), ConfigFormat::Toml, no_env()).unwrap();
+    let db = cfg.params_for("db").unwrap();
+    assert_eq!(
+        (db.alpha_seconds, db.beta_seconds, db.window_seconds),
+        (1.5, 0.4, 120.0)
+    );
+    // Inherited from [analysis].
+    assert_eq!(db.top_n, 7);
+    let web = cfg.params_for("web").unwrap();
+    assert_eq!((web.alpha_seconds, web.window_seconds), (0.8, 90.0));
+    assert_eq!(
+        cfg.sinks.json.path.as_deref(),
+        Some(Path::new("/tmp/reports.jsonl"))
+    );
+}
+
+#[test]
+fn yaml_is_read_like_toml() {
+    let yaml = r#"
+analysis:
+  alpha_seconds: 0.7
+targets:
+  - name: db
+    pids: [42, 43]
+    cgroups: ["docker-abc"]
+sinks:
+  prometheus:
+    listen: "0.0.0.0:9500"
+"#;
+    let toml = r#"
+        [analysis]
+        alpha_seconds = 0.7
+        [[targets]]
+        name = "db"
+        pids = [42, 43]
+        cgroups = ["docker-abc"]
+        [sinks.prometheus]
+        listen = "0.0.0.0:9500"
+    "#;
+    let a = load_from_str(Some(yaml), ConfigFormat::Yaml, no_env()).unwrap();
+    let b = load_from_str(Some(toml), ConfigFormat::Toml, no_env()).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(a.targets[0].pids, vec![42, 43]);
+}
+
+#[test]
+fn environment_overrides_file_values() {
+    let text = r#"
+        [sinks.prometheus]
+        listen = "127.0.0.1:9464"
+        [analysis]
+        alpha_seconds = 0.8
+    "#;
+    let cfg = load_from_str(
+        Some(text),
+        ConfigFormat::Toml,
+        env(&[
+            ("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:9999"),
+            ("FAULTLINE_ANALYSIS__ALPHA_SECONDS", "0.3"),
+            ("FAULTLINE_SINKS__JSON__ENABLED", "true"),
+            ("FAULTLINE_PIPELINE__QUEUE_CAPACITY", "32"),
+            // Not overrides: no `__`, or another prefix.
+            ("FAULTLINE_CONFIG", "/etc/faultline.toml"),
+            ("OTHER_SINKS__JSON__ENABLED", "false"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(cfg.sinks.prometheus.listen, "127.0.0.1:9999");
+    assert_eq!(cfg.analysis.alpha_seconds, 0.3);
+    assert!(cfg.sinks.json.enabled);
+    assert_eq!(cfg.pipeline.queue_capacity, 32);
+}
+
+#[test]
+fn a_misspelt_environment_override_is_an_error_naming_it() {
+    let e = load_from_str(
+        None,
+        ConfigFormat::Toml,
+        env(&[("FAULTLINE_SINKS__PROMETHEUS__LISTN", "127.0.0.1:1")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("sinks.prometheus"), "{e}");
+    assert!(e.contains("listn"), "{e}");
+}
+
+#[test]
+fn invalid_values_name_the_key_and_the_reason() {
+    let e = err_of(
+        r#"
+        [[targets]]
+        name = "a"
+        pids = [1]
+        [[targets]]
+        name = "b"
+        pids = [2]
+        alpha_seconds = -1
+    "#,
+        ConfigFormat::Toml,
+    );
+    assert_eq!(
+        e,
+        "targets[1].alpha_seconds: must be a positive number of seconds, got -1"
+    );
+
+    let e = err_of(
+        "[sinks.prometheus]\nlisten = \"localhost\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(
+        e.starts_with("sinks.prometheus.listen: must be an `ip:port` address, got `localhost`"),
+        "{e}"
+    );
+
+    let e = err_of(
+        "[analysis]\ninternal_threshold = 0.95\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.starts_with("analysis.internal_threshold: "), "{e}");
+
+    let e = err_of(
+        "[[targets]]\nname = \"db\"\npids = [1]\nanalysis = { top_nn = 3 }\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.starts_with("targets[0].analysis.top_nn"), "{e}");
+
+    let e = err_of(
+        "[[targets]]\nname = \"db\"\npids = [1]\nanalysis = { top_n = 0 }\n",
+        ConfigFormat::Toml,
+    );
+    assert!(
+        e.starts_with("targets[0].analysis.top_n: must be between 1 and 100"),
+        "{e}"
+    );
+
+    let e = err_of("[[targets]]\nname = \"db\"\n", ConfigFormat::Toml);
+    assert!(e.starts_with("targets[0]: needs at least one of"), "{e}");
+
+    let e = err_of(
+        "[[targets]]\nname = \"db\"\npids = [1]\n[[targets]]\nname = \"db\"\npids = [2]\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.starts_with("targets[1].name: duplicate"), "{e}");
+
+    let e = err_of(
+        "[pipeline]\nqueue_capacity = \"many\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.starts_with("pipeline.queue_capacity: "), "{e}");
+
+    let e = err_of("[sinks]\nstatsd = {}\n", ConfigFormat::Toml);
+    assert!(e.contains("statsd"), "{e}");
+
+    let e = err_of("[sources.perf]\nenabled = true\n", ConfigFormat::Toml);
+    assert!(e.starts_with("sources.perf: enabled but none of"), "{e}");
+
+    let e = err_of("pipeline:\n  idle_seconds: 0\n", ConfigFormat::Yaml);
+    assert!(e.starts_with("pipeline.idle_seconds: "), "{e}");
+}
+
+#[test]
+fn otlp_sections_take_the_receivers_and_exporters_keys() {
+    let text = r#"
+        [sources.otlp]
+        enabled = true
+        grpc = "0.0.0.0:14317"
+        max_request_bytes = 1024
+        [sinks.otlp]
+        enabled = true
+        protocol = "http"
+        interval_seconds = 5
+    "#;
+    let cfg = load_from_str(Some(text), ConfigFormat::Toml, no_env()).unwrap();
+    assert_eq!(
+        cfg.sources.otlp.receiver.grpc.as_deref(),
+        Some("0.0.0.0:14317")
+    );
+    assert_eq!(
+        cfg.sources.otlp.receiver.http.as_deref(),
+        Some("127.0.0.1:4318")
+    );
+    assert_eq!(cfg.sources.otlp.receiver.max_request_bytes, 1024);
+    assert!(cfg.sinks.otlp.enabled);
+    assert_eq!(cfg.sinks.otlp.exporter.interval_seconds, 5);
+
+    let e = err_of(
+        "[sources.otlp]\ngrpc_listen = \"127.0.0.1:1\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.contains("grpc_listen"), "{e}");
+    let e = err_of("[sources.otlp]\ngrpc = \"localhost\"\n", ConfigFormat::Toml);
+    assert!(
+        e.starts_with("sources.otlp.grpc: must be an `ip:port` address"),
+        "{e}"
+    );
+    let e = err_of("[engine]\nkind = \"jvm\"\n", ConfigFormat::Toml);
+    assert!(e.starts_with("engine.kind"), "{e}");
+    let e = err_of("[engine]\nmemory_limit_bytes = 1\n", ConfigFormat::Toml);
+    assert!(
+        e.starts_with("engine.memory_limit_bytes: must be between"),
+        "{e}"
+    );
+}
+
+#[test]
+fn syntax_errors_and_missing_files_are_reported() {
+    let e = err_of("[analysis\nalpha_seconds = 1", ConfigFormat::Toml);
+    assert!(e.starts_with("cannot parse config"), "{e}");
+    let e = config::load(Some(Path::new("/nonexistent/faultline.toml")))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("/nonexistent/faultline.toml"), "{e}");
+}
+
+#[test]
+fn the_shipped_example_config_is_valid() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/faultline.toml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let cfg = load_from_str(Some(&text), ConfigFormat::Toml, no_env()).unwrap();
+    // The example spells out the defaults, plus example targets.
+    let defaults = Config::default();
+    assert_eq!(cfg.engine, defaults.engine);
+    assert_eq!(cfg.analysis, defaults.analysis);
+    assert_eq!(cfg.pipeline, defaults.pipeline);
+    assert_eq!(cfg.sources, defaults.sources);
+    assert_eq!(cfg.sinks, defaults.sinks);
+    assert!(!cfg.targets.is_empty());
+}

@@ -1,0 +1,211 @@
+//! The engine behaves the same linked natively and inside wasmtime, and a trapping guest
+//! is restarted without taking the host down.
+#![cfg(feature = "wasm")]
+
+use std::sync::Arc;
+
+use faultline::engine_host::{EngineHost, EngineKind, HostConfig, HostError, NativeHost, WasmHost};
+use faultline::pipeline::telemetry::Telemetry;
+use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
+use faultline_engine::{Params, SyscallEvent};
+use serde_json::{json, Value};
+
+const BATCH: usize = 4096;
+
+fn stream(shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent> {
+    generate(&StreamSpec {
+        threads: 32,
+        seconds: 30.0,
+        calls_per_thread_per_second: 80.0,
+        seed: 11,
+        shape,
+        fault: Some(fault),
+        ..StreamSpec::default()
+    })
+    .collect()
+}
+
+/// Everything observable from one host on one stream, serialized for comparison.
+fn transcript(host: &mut dyn EngineHost, events: &[SyscallEvent], fault_at_ns: u64) -> Value {
+    let mut steps = Vec::new();
+    let tuned = Params {
+        alpha_seconds: 0.7,
+        ..Params::default()
+    };
+    host.set_target_params("tuned", tuned).unwrap();
+    let mut triggered = false;
+    for chunk in events.chunks(BATCH) {
+        host.ingest("db", chunk).unwrap();
+        host.ingest("tuned", chunk).unwrap();
+        let reports = host.take_reports().unwrap();
+        if !reports.is_empty() {
+            steps.push(json!({ "reports": reports }));
+        }
+        let last = chunk.last().map_or(0, |e| e.ts_ns);
+        if !triggered && last > fault_at_ns + 5_000_000_000 {
+            triggered = true;
+            let r = host.trigger("db", fault_at_ns).unwrap();
+            steps.push(json!({ "trigger": r }));
+        }
+    }
+    assert!(triggered, "the stream reaches past the fault");
+    let cal = host.calibrate("db", Some(fault_at_ns)).unwrap();
+    let counters = host.counters().unwrap();
+    assert!(host.state_bytes().unwrap() > 0);
+    let fin = host.finish().unwrap();
+    json!({ "steps": steps, "calibration": cal, "counters": counters, "finish": fin })
+}
+
+/// The path and values of the first difference between two JSON documents.
+fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter().find_map(|k| {
+                let (va, vb) = (
+                    x.get(k).unwrap_or(&Value::Null),
+                    y.get(k).unwrap_or(&Value::Null),
+                );
+                first_difference(&format!("{path}.{k}"), va, vb)
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (va, vb))| first_difference(&format!("{path}[{i}]"), va, vb)),
+        _ if a == b => None,
+        _ => Some(format!("{path}: native {a} vs wasm {b}")),
+    }
+}
+
+fn compare(shape: EventShape, fault: FaultSpec) {
+    let start_ns = StreamSpec::default().start_ns;
+    let fault_at = start_ns + (fault.start_seconds * 1e9) as u64;
+    let events = stream(shape, fault);
+    assert!(events.len() > 50_000);
+    let telemetry = Arc::new(Telemetry::default());
+    let mut native = NativeHost::new(Params::default()).unwrap();
+    let mut wasm =
+        WasmHost::new(&HostConfig::default(), Params::default(), telemetry.clone()).unwrap();
+    assert_eq!(
+        (native.kind(), wasm.kind()),
+        (EngineKind::Native, EngineKind::Wasm)
+    );
+    let a = transcript(&mut native, &events, fault_at);
+    let b = transcript(&mut wasm, &events, fault_at);
+    // Both engines saw every event of both targets.
+    assert_eq!(a["counters"]["events"], json!(2 * events.len()));
+    // The comparison covers real reports, not just empty lists.
+    assert!(a["finish"].as_array().is_some_and(|r| !r.is_empty()));
+    if let Ok(dir) = std::env::var("FL_DUMP") {
+        std::fs::write(
+            format!("{dir}/native-{shape:?}.json"),
+            serde_json::to_vec_pretty(&a).unwrap(),
+        )
+        .unwrap();
+        std::fs::write(
+            format!("{dir}/wasm-{shape:?}.json"),
+            serde_json::to_vec_pretty(&b).unwrap(),
+        )
+        .unwrap();
+    }
+    if let Some(d) = first_difference("$", &a, &b) {
+        panic!("native and WASM hosts disagree at {d}");
+    }
+    assert_eq!(
+        (telemetry.guest_traps(), telemetry.guest_restarts()),
+        (0, 0)
+    );
+}
+
+#[test]
+fn native_and_wasm_agree_on_an_environment_fault_complete_shape() {
+    compare(
+        EventShape::Complete,
+        FaultSpec {
+            start_seconds: 15.0,
+            affected_fraction: 0.95,
+            onset_spread_seconds: 0.2,
+            duration_multiplier: 8.0,
+            rate_multiplier: 1.0,
+            scope: FaultScope::AllSyscalls,
+        },
+    );
+}
+
+#[test]
+fn native_and_wasm_agree_on_a_software_fault_enter_exit_shape() {
+    compare(
+        EventShape::EnterExit,
+        FaultSpec {
+            start_seconds: 15.0,
+            affected_fraction: 0.1,
+            onset_spread_seconds: 8.0,
+            duration_multiplier: 6.0,
+            rate_multiplier: 3.0,
+            scope: FaultScope::AllSyscalls,
+        },
+    );
+}
+
+#[test]
+fn a_trapping_guest_is_restarted_and_keeps_serving() {
+    let telemetry = Arc::new(Telemetry::default());
+    let config = HostConfig {
+        memory_limit_bytes: 16 << 20,
+        ..HostConfig::default()
+    };
+    let mut host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+    let small: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 8,
+        seconds: 1.0,
+        ..StreamSpec::default()
+    })
+    .collect();
+    host.ingest("db", &small).unwrap();
+    assert!(host.guest_memory_bytes() <= 16 << 20);
+
+    // A batch larger than the guest's memory limit: copying it in must trap, not abort.
+    let huge: Vec<SyscallEvent> = small.iter().copied().cycle().take(500_000).collect();
+    let err = host.ingest("db", &huge).unwrap_err();
+    assert!(
+        matches!(err, HostError::Trap { call: "ingest", .. }),
+        "{err}"
+    );
+    assert_eq!(telemetry.guest_traps(), 1);
+    assert_eq!(telemetry.guest_restarts(), 1);
+
+    // The restarted guest serves the next calls, from a clean state.
+    host.ingest("db", &small).unwrap();
+    let c = host.counters().unwrap();
+    assert_eq!(c.events, small.len() as u64);
+    host.finish().unwrap();
+    assert_eq!(telemetry.guest_traps(), 1);
+}
+
+#[test]
+fn invalid_settings_are_refused_up_front() {
+    let telemetry = Arc::new(Telemetry::default());
+    let bad = Params {
+        alpha_seconds: -1.0,
+        ..Params::default()
+    };
+    let err = WasmHost::new(&HostConfig::default(), bad.clone(), telemetry.clone()).unwrap_err();
+    assert!(matches!(err, HostError::Params(ref p) if p.key == "alpha_seconds"));
+    let mut host = WasmHost::new(&HostConfig::default(), Params::default(), telemetry).unwrap();
+    assert!(matches!(
+        host.set_target_params("db", bad),
+        Err(HostError::Params(_))
+    ));
+    let cfg = HostConfig {
+        memory_limit_bytes: 1,
+        ..HostConfig::default()
+    };
+    assert!(matches!(
+        faultline::engine_host::build_host(&cfg, Params::default(), Arc::new(Telemetry::default())),
+        Err(HostError::Config(_))
+    ));
+}

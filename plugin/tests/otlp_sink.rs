@@ -1,0 +1,393 @@
+//! The OTLP push sink against a collector stand-in: a real OTLP server (opentelemetry-proto
+//! gRPC service stubs, and an HTTP/protobuf endpoint) that records what the sink's real
+//! OpenTelemetry SDK exporters push, so metric names/values and verdict log records can be
+//! checked on the wire.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::routing::post;
+use faultline::pipeline::telemetry::{DropReason, Telemetry};
+use faultline::sinks::otlp::{OtlpProtocol, OtlpSink, OtlpSinkConfig};
+use faultline_engine::report::{EngineCounters, OnsetDistribution};
+use faultline_engine::{Report, Verdict};
+use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{
+    LogsService, LogsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
+    MetricsService, MetricsServiceServer,
+};
+use opentelemetry_proto::tonic::collector::metrics::v1::{
+    ExportMetricsServiceRequest, ExportMetricsServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{any_value, KeyValue};
+use opentelemetry_proto::tonic::logs::v1::LogRecord;
+use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, NumberDataPoint};
+use prost::Message;
+use serde_json::json;
+use tonic::{Request, Response, Status};
+
+/// What the stand-in collector received.
+#[derive(Clone, Default)]
+struct Captured {
+    metrics: Arc<Mutex<Vec<ExportMetricsServiceRequest>>>,
+    logs: Arc<Mutex<Vec<ExportLogsServiceRequest>>>,
+}
+
+#[tonic::async_trait]
+impl MetricsService for Captured {
+    async fn export(
+        &self,
+        request: Request<ExportMetricsServiceRequest>,
+    ) -> Result<Response<ExportMetricsServiceResponse>, Status> {
+        self.metrics.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(ExportMetricsServiceResponse::default()))
+    }
+}
+
+#[tonic::async_trait]
+impl LogsService for Captured {
+    async fn export(
+        &self,
+        request: Request<ExportLogsServiceRequest>,
+    ) -> Result<Response<ExportLogsServiceResponse>, Status> {
+        self.logs.lock().unwrap().push(request.into_inner());
+        Ok(Response::new(ExportLogsServiceResponse::default()))
+    }
+}
+
+async fn grpc_collector(c: Captured) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(MetricsServiceServer::new(c.clone()))
+            .add_service(LogsServiceServer::new(c))
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener)),
+    );
+    format!("http://{addr}")
+}
+
+async fn http_metrics(State(c): State<Captured>, body: Bytes) -> Vec<u8> {
+    let req = ExportMetricsServiceRequest::decode(body.as_ref()).expect("metrics protobuf");
+    c.metrics.lock().unwrap().push(req);
+    ExportMetricsServiceResponse::default().encode_to_vec()
+}
+
+async fn http_logs(State(c): State<Captured>, body: Bytes) -> Vec<u8> {
+    let req = ExportLogsServiceRequest::decode(body.as_ref()).expect("logs protobuf");
+    c.logs.lock().unwrap().push(req);
+    ExportLogsServiceResponse::default().encode_to_vec()
+}
+
+async fn http_collector(c: Captured) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = axum::Router::new()
+        .route("/v1/metrics", post(http_metrics))
+        .route("/v1/logs", post(http_logs))
+        .with_state(c);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{addr}")
+}
+
+/// A report as the engine would produce it, built from the stable JSON schema.
+fn report(target: &str, verdict: Verdict, tau: f64) -> Report {
+    serde_json::from_value(json!({
+        "schema_version": 1,
+        "target": target,
+        "trigger": "cadence",
+        "window_start_ns": 1_000,
+        "window_end_ns": 2_000,
+        "anomaly_onset_ns": 1_500,
+        "verdict": verdict.as_str(),
+        "decided_by": "impact_factor",
+        "impact_factor": tau,
+        "impact_factor_filtered": null,
+        "onset_dispersion_seconds": 0.25,
+        "threads": {"total": 8, "affected": 6, "directly_affected": 5},
+        "onset_times_seconds": serde_json::to_value(OnsetDistribution::default()).unwrap(),
+        "top_syscalls_by_time": [
+            {"syscall": "futex", "increase_ratio": 2.5, "subsystem": "locking"},
+            {"syscall": "read", "increase_ratio": 0.5, "subsystem": "disk_io"}
+        ],
+        "top_syscalls_by_frequency": [
+            {"syscall": "write", "increase_ratio": 1.5, "subsystem": "disk_io"}
+        ],
+        "subsystem": "locking",
+        "hint": format!("{} fault", verdict.as_str()),
+        "syscalls": [{"syscall": "futex", "calls": 10, "calls_per_second": 5.0, "mean_latency_seconds": 0.002}],
+        "events_analyzed": 100,
+        "counters": serde_json::to_value(EngineCounters::default()).unwrap(),
+        "parameters": {}
+    }))
+    .expect("report JSON matches the schema")
+}
+
+fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
+    attrs
+        .iter()
+        .find(|kv| kv.key == key)
+        .and_then(|kv| kv.value.as_ref()?.value.as_ref())
+}
+
+fn str_attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    match attr(attrs, key)? {
+        any_value::Value::StringValue(s) => Some(s),
+        _ => None,
+    }
+}
+
+/// The last data point of metric `name` whose attributes include all of `labels`.
+fn last_point(c: &Captured, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let reqs = c.metrics.lock().unwrap();
+    let mut found = None;
+    for m in reqs
+        .iter()
+        .flat_map(|r| r.resource_metrics.iter())
+        .flat_map(|r| r.scope_metrics.iter())
+        .flat_map(|s| s.metrics.iter())
+        .filter(|m| m.name == name)
+    {
+        let points: &[NumberDataPoint] = match &m.data {
+            Some(metric::Data::Gauge(g)) => &g.data_points,
+            Some(metric::Data::Sum(s)) => {
+                assert!(s.is_monotonic, "{name} is a counter");
+                &s.data_points
+            }
+            _ => &[],
+        };
+        for p in points {
+            if labels
+                .iter()
+                .all(|(k, v)| str_attr(&p.attributes, k) == Some(v))
+            {
+                found = match p.value {
+                    Some(number_data_point::Value::AsDouble(d)) => Some(d),
+                    Some(number_data_point::Value::AsInt(i)) => Some(i as f64),
+                    None => None,
+                };
+            }
+        }
+    }
+    found
+}
+
+fn log_records(c: &Captured) -> Vec<LogRecord> {
+    c.logs
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|r| r.resource_logs.iter())
+        .flat_map(|r| r.scope_logs.iter())
+        .flat_map(|s| s.log_records.iter().cloned())
+        .collect()
+}
+
+async fn push_and_check(protocol: OtlpProtocol) {
+    let captured = Captured::default();
+    let endpoint = match protocol {
+        OtlpProtocol::Grpc => grpc_collector(captured.clone()).await,
+        OtlpProtocol::Http => http_collector(captured.clone()).await,
+    };
+    let telemetry = Arc::new(Telemetry::default());
+    let src = telemetry.source("otlp_grpc");
+    src.add_received(100);
+    src.add_decode_errors(2);
+    src.add_dropped(DropReason::QueueFull, 3);
+    telemetry.add_guest_restart();
+
+    let cfg = OtlpSinkConfig {
+        endpoint: Some(endpoint),
+        protocol,
+        interval_seconds: 60,
+        max_targets: 2,
+        ..OtlpSinkConfig::default()
+    };
+    let sink = OtlpSink::start(cfg, telemetry).expect("sink starts");
+    sink.publish(&report("db", Verdict::External, 0.75));
+    sink.publish(&report("db", Verdict::External, 0.8)); // same verdict: no new log
+    sink.publish(&report("web", Verdict::None, 0.0)); // none: no log
+    sink.publish(&report("db", Verdict::Internal, 0.2)); // changed: logged
+    sink.publish(&report("api", Verdict::External, 0.9)); // third target: capped
+    assert_eq!(sink.capped_reports(), 1);
+    assert_eq!(sink.verdict_logs(), 2);
+    tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+        .await
+        .expect("shutdown finishes")
+        .expect("final flush succeeds");
+
+    let db = [("target", "db")];
+    assert_eq!(
+        last_point(&captured, "faultline_impact_factor_ratio", &db),
+        Some(0.2)
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_onset_dispersion_seconds", &db),
+        Some(0.25)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_verdict",
+            &[("target", "db"), ("verdict", "internal")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_verdict",
+            &[("target", "db"), ("verdict", "external")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_verdict",
+            &[("target", "web"), ("verdict", "none")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_threads",
+            &[("target", "db"), ("kind", "directly_affected")]
+        ),
+        Some(5.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_affected_syscall_increase_ratio",
+            &[
+                ("target", "db"),
+                ("syscall", "futex"),
+                ("dimension", "time"),
+                ("rank", "1")
+            ]
+        ),
+        Some(2.5)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_affected_syscall_increase_ratio",
+            &[
+                ("target", "db"),
+                ("syscall", "write"),
+                ("dimension", "frequency")
+            ]
+        ),
+        Some(1.5)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_syscall_mean_latency_seconds",
+            &[("target", "db"), ("syscall", "futex")]
+        ),
+        Some(0.002)
+    );
+    assert_eq!(last_point(&captured, "faultline_reports", &db), Some(3.0));
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_impact_factor_ratio",
+            &[("target", "api")]
+        ),
+        None,
+        "capped target not exported"
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_series_capped", &[]),
+        Some(1.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_events_received",
+            &[("source", "otlp_grpc")]
+        ),
+        Some(100.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_decode_errors",
+            &[("source", "otlp_grpc")]
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_events_dropped",
+            &[("source", "otlp_grpc"), ("reason", "queue_full")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_guest_restarts", &[]),
+        Some(1.0)
+    );
+
+    let logs = log_records(&captured);
+    let verdicts: Vec<(&str, &str)> = logs
+        .iter()
+        .map(|r| {
+            (
+                str_attr(&r.attributes, "faultline.target").unwrap_or_default(),
+                str_attr(&r.attributes, "faultline.verdict").unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert_eq!(verdicts, vec![("db", "external"), ("db", "internal")]);
+    let first = &logs[0];
+    assert_eq!(first.event_name, "faultline.verdict");
+    assert_eq!(
+        str_attr(&first.attributes, "faultline.top_syscall"),
+        Some("futex")
+    );
+    assert_eq!(
+        str_attr(&first.attributes, "faultline.decided_by"),
+        Some("impact_factor")
+    );
+    assert_eq!(
+        attr(&first.attributes, "faultline.impact_factor"),
+        Some(&any_value::Value::DoubleValue(0.75))
+    );
+    assert_eq!(
+        attr(&first.attributes, "faultline.threads.directly_affected"),
+        Some(&any_value::Value::IntValue(5))
+    );
+    assert_eq!(
+        first.body.as_ref().and_then(|b| b.value.clone()),
+        Some(any_value::Value::StringValue("external fault".into()))
+    );
+    let resource = c_resource_service(&captured);
+    assert_eq!(resource.as_deref(), Some("faultline"));
+}
+
+fn c_resource_service(c: &Captured) -> Option<String> {
+    let reqs = c.metrics.lock().unwrap();
+    let r = reqs.first()?.resource_metrics.first()?.resource.as_ref()?;
+    str_attr(&r.attributes, "service.name").map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_metrics_and_verdict_logs_over_grpc() {
+    push_and_check(OtlpProtocol::Grpc).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_metrics_and_verdict_logs_over_http() {
+    push_and_check(OtlpProtocol::Http).await;
+}

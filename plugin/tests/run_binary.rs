@@ -1,0 +1,189 @@
+//! `faultline run` as a real process: HTTP endpoints, a replayed trace flowing through the
+//! engine, on-demand triggers, and a clean SIGTERM shutdown that flushes the final reports.
+
+mod run_support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use faultline_engine::Report;
+use run_support::{http, sample, signal, start, wait_exit};
+
+/// `perf script` text: `threads` threads of `mariadbd` each calling read (NR 0) every
+/// 20 ms for `seconds` of trace time, 1 ms per call. Returns (text, events, last ts ns).
+fn synthetic_perf_trace(threads: u32, seconds: u64) -> (String, u64, u64) {
+    let mut out = String::new();
+    let mut events = 0;
+    let start_ns = 1_000_000_000_000u64;
+    let step_ns = 20_000_000u64;
+    let mut last = 0;
+    for i in 0..(seconds * 1_000_000_000 / step_ns) {
+        for t in 0..threads {
+            let enter = start_ns + i * step_ns + u64::from(t) * 1_000;
+            let exit = enter + 1_000_000;
+            let tid = 2000 + t;
+            out.push_str(&format!(
+                "        mariadbd 1000/{tid}  {}.{:09}: raw_syscalls:sys_enter: NR 0 (3, 7f00, 10, 0, 0, 0)\n",
+                enter / 1_000_000_000,
+                enter % 1_000_000_000
+            ));
+            out.push_str(&format!(
+                "        mariadbd 1000/{tid}  {}.{:09}:  raw_syscalls:sys_exit: NR 0 = 16\n",
+                exit / 1_000_000_000,
+                exit % 1_000_000_000
+            ));
+            events += 2;
+            last = exit;
+        }
+    }
+    (out, events, last)
+}
+
+fn write_config(dir: &Path, trace: &Path, jsonl: &Path) -> std::path::PathBuf {
+    let cfg = dir.join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[engine]
+kind = "native"
+[pipeline]
+idle_seconds = 0.2
+[sources.otlp]
+enabled = false
+[sources.replay]
+enabled = true
+path = "{}"
+[sinks.prometheus]
+listen = "127.0.0.1:0"
+[sinks.json]
+enabled = true
+path = "{}"
+"#,
+            trace.display(),
+            jsonl.display()
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
+#[test]
+fn replayed_trace_reaches_metrics_report_trigger_and_final_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("trace.txt");
+    let jsonl = dir.path().join("reports.jsonl");
+    let (text, events, last_ns) = synthetic_perf_trace(8, 30);
+    std::fs::write(&trace, text).unwrap();
+    let cfg = write_config(dir.path(), &trace, &jsonl);
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+
+    let (status, body) = http(run.addr, "GET", "/healthz");
+    assert_eq!((status, body.trim()), (200, "ok"));
+
+    // Every event of the trace is decoded and reaches the engine.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let metrics = loop {
+        let (status, body) = http(run.addr, "GET", "/metrics");
+        assert_eq!(status, 200);
+        let received = sample(&body, r#"faultline_events_received_total{source="perf"}"#);
+        let ingested = sample(&body, "faultline_engine_events_total");
+        if received == Some(events as f64) && ingested == Some(events as f64) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "events never all arrived: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(metrics.trim_end().ends_with("# EOF"));
+    assert_eq!(
+        sample(
+            &metrics,
+            r#"faultline_events_dropped_total{source="perf",reason="no_target"}"#
+        ),
+        Some(0.0)
+    );
+    assert!(sample(&metrics, "faultline_analysis_duration_seconds_count").unwrap_or(0.0) >= 1.0);
+
+    // /report is always a JSON array of reports (cadence reports may or may not be due yet).
+    let (status, body) = http(run.addr, "GET", "/report");
+    assert_eq!(status, 200);
+    let reports: Vec<Report> = serde_json::from_str(&body).expect("report schema");
+    assert!(reports.iter().all(|r| r.target == "mariadbd"), "{body}");
+
+    // On-demand diagnosis of the discovered target, and a clear 404 for an unknown one.
+    let (status, body) = http(
+        run.addr,
+        "POST",
+        &format!("/trigger?target=mariadbd&at_ns={}", last_ns - 5_000_000_000),
+    );
+    assert_eq!(status, 200, "{body}");
+    let triggered: Report = serde_json::from_str(&body).expect("trigger returns a report");
+    assert_eq!(triggered.target, "mariadbd");
+    assert_eq!(
+        serde_json::to_value(triggered.trigger).unwrap(),
+        "on_demand"
+    );
+    let (status, _) = http(run.addr, "POST", "/trigger?target=nope&at_ns=1");
+    assert_eq!(status, 404);
+    let (status, _) = http(run.addr, "POST", "/trigger?target=mariadbd");
+    assert_eq!(status, 400, "at_ns is required");
+
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert!(log.iter().any(|l| l.contains("SIGTERM")), "{log:?}");
+
+    // The JSON-lines file holds the on-demand report and, last, the final flush.
+    let lines: Vec<Report> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("each line is a report"))
+        .collect();
+    assert!(lines
+        .iter()
+        .any(|r| serde_json::to_value(r.trigger).unwrap() == "on_demand"));
+    let last = lines.last().expect("final report flushed");
+    assert_eq!(last.target, "mariadbd");
+    assert_eq!(serde_json::to_value(last.trigger).unwrap(), "end_of_stream");
+}
+
+#[test]
+fn without_a_config_file_env_overrides_apply_and_sigint_exits_cleanly() {
+    let mut run = start(
+        &["run"],
+        &[
+            ("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:0"),
+            ("FAULTLINE_SOURCES__OTLP__ENABLED", "false"),
+        ],
+    );
+    assert!(run.addr.ip().is_loopback());
+    let (status, body) = http(run.addr, "GET", "/metrics");
+    assert_eq!(status, 200);
+    assert_eq!(sample(&body, "faultline_targets"), Some(0.0));
+    let (status, body) = http(run.addr, "GET", "/report");
+    assert_eq!((status, body.as_str()), (200, "[]"));
+    let (status, _) = http(run.addr, "GET", "/nope");
+    assert_eq!(status, 404);
+    signal(&run.child, "-INT");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+}
+
+#[test]
+fn an_invalid_config_stops_startup_with_the_key_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(&cfg, "[pipeline]\nqueue_capacity = 0\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(["run", "--config", cfg.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("pipeline.queue_capacity"), "{err}");
+}

@@ -1,0 +1,119 @@
+//! End to end through OTLP: the real OpenTelemetry Python SDK (integration-tests/otlp)
+//! pushes syscall log records over gRPC and HTTP into a running `faultline run`; the
+//! events are counted per receiver, routed by `service.name`, and the final reports of
+//! both services are flushed as JSON lines on SIGTERM.
+
+mod run_support;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use faultline_engine::Report;
+use run_support::{http, sample, signal, start_waiting, wait_exit};
+
+fn send(protocol: &str, endpoint: &str, service: &str, threads: u32, calls: u32) {
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration-tests/otlp/send_syscalls.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .args([
+            "--endpoint",
+            endpoint,
+            "--protocol",
+            protocol,
+            "--signal",
+            "logs",
+        ])
+        .args(["--service", service, "--threads", &threads.to_string()])
+        .args(["--calls", &calls.to_string(), "--noise", "3"])
+        .output()
+        .expect("python3 (with the OpenTelemetry SDK, see scripts/setup.sh) must be installed");
+    assert!(
+        out.status.success(),
+        "send_syscalls.py failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn otel_sdk_events_reach_the_engine_and_final_reports_are_flushed() {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("reports.jsonl");
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[engine]
+kind = "native"
+[sources.otlp]
+grpc = "127.0.0.1:0"
+http = "127.0.0.1:0"
+[sinks.prometheus]
+listen = "127.0.0.1:0"
+[sinks.json]
+enabled = true
+path = "{}"
+"#,
+            jsonl.display()
+        ),
+    )
+    .unwrap();
+    let mut run = start_waiting(
+        &["run", "--config", cfg.to_str().unwrap()],
+        &[],
+        &["metrics", "grpc", "http"],
+    );
+    let grpc = format!("http://{}", run.addresses["grpc"]);
+    let http_ep = format!("http://{}", run.addresses["http"]);
+
+    send("grpc", &grpc, "checkout", 4, 50);
+    send("http", &http_ep, "payments", 3, 40);
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let body = loop {
+        let (status, body) = http(run.addr, "GET", "/metrics");
+        assert_eq!(status, 200);
+        let g = sample(
+            &body,
+            r#"faultline_events_received_total{source="otlp_grpc"}"#,
+        );
+        let h = sample(
+            &body,
+            r#"faultline_events_received_total{source="otlp_http"}"#,
+        );
+        if g == Some(200.0) && h == Some(120.0) {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "OTLP events never all arrived: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        sample(
+            &body,
+            r#"faultline_events_dropped_total{source="otlp_grpc",reason="queue_full"}"#
+        ),
+        Some(0.0)
+    );
+
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+
+    let finals: Vec<Report> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Report>(l).expect("report line"))
+        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
+        .collect();
+    let mut targets: Vec<&str> = finals.iter().map(|r| r.target.as_str()).collect();
+    targets.sort_unstable();
+    assert_eq!(targets, ["checkout", "payments"]);
+    let checkout = finals.iter().find(|r| r.target == "checkout").unwrap();
+    assert_eq!(checkout.threads.total, 4);
+}

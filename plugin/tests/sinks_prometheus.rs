@@ -1,0 +1,296 @@
+//! The Prometheus sink's exposition: per-target series from reports, caps counted,
+//! stale ranking series removed, pipeline counters exported.
+
+use std::sync::Arc;
+
+use faultline::config::PrometheusSinkConfig;
+use faultline::pipeline::report_sink::ReportSink;
+use faultline::pipeline::telemetry::{DropReason, Telemetry};
+use faultline::sinks::prometheus;
+use faultline_engine::report::{
+    DecisionPath, EngineCounters, OnsetDistribution, RankedSyscall, SyscallActivity, ThreadCounts,
+    Trigger, REPORT_SCHEMA_VERSION,
+};
+use faultline_engine::{Params, Report, Subsystem, Verdict};
+
+fn ranked(names: &[(&str, f64)]) -> Vec<RankedSyscall> {
+    names
+        .iter()
+        .map(|(n, r)| RankedSyscall {
+            syscall: (*n).to_owned(),
+            increase_ratio: *r,
+            subsystem: Subsystem::DiskIo,
+        })
+        .collect()
+}
+
+fn report(target: &str, verdict: Verdict, by_time: &[(&str, f64)]) -> Report {
+    // Built through serde so fields the engine adds later (all `#[serde(default)]`)
+    // do not break this test.
+    let v = serde_json::json!({
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "target": target,
+        "trigger": Trigger::Cadence,
+        "window_start_ns": 1_000_000_000u64,
+        "window_end_ns": 91_000_000_000u64,
+        "anomaly_onset_ns": 42_500_000_000u64,
+        "verdict": verdict,
+        "decided_by": DecisionPath::ImpactFactor,
+        "impact_factor": 0.95,
+        "impact_factor_filtered": null,
+        "onset_dispersion_seconds": 0.125,
+        "threads": ThreadCounts { total: 40, affected: 39, directly_affected: 38 },
+        "onset_times_seconds": OnsetDistribution::default(),
+        "top_syscalls_by_time": ranked(by_time),
+        "top_syscalls_by_frequency": ranked(&[("read", 0.5), ("write", 0.25)]),
+        "subsystem": Subsystem::DiskIo,
+        "hint": "disk \"slow\"\nsee report",
+        "syscalls": [
+            SyscallActivity { syscall: "read".into(), calls: 1000, calls_per_second: 11.0, mean_latency_seconds: 0.002 },
+            SyscallActivity { syscall: "write".into(), calls: 500, calls_per_second: 5.5, mean_latency_seconds: 0.004 },
+            SyscallActivity { syscall: "futex".into(), calls: 10, calls_per_second: 0.1, mean_latency_seconds: 0.5 },
+        ],
+        "events_analyzed": 1510,
+        "counters": EngineCounters::default(),
+        "parameters": Params::default(),
+    });
+    serde_json::from_value(v).unwrap()
+}
+
+/// The value of the sample whose line starts with `series` (name plus exact label text).
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}
+
+#[test]
+fn reports_become_capped_series_and_stale_rankings_disappear() {
+    let telemetry = Arc::new(Telemetry::default());
+    let cfg = PrometheusSinkConfig {
+        max_targets: 1,
+        max_syscalls: 2,
+        ..PrometheusSinkConfig::default()
+    };
+    let (mut sink, exporter) = prometheus::new(&cfg, telemetry);
+
+    let first = report(
+        "db",
+        Verdict::External,
+        &[("fsync", 3.0), ("pwrite64", 2.0), ("read", 1.0)],
+    );
+    sink.publish(&first).unwrap();
+    // A second target exceeds max_targets = 1.
+    sink.publish(&report("web", Verdict::Internal, &[]))
+        .unwrap();
+    let text = exporter.encode().unwrap();
+
+    assert!(
+        text.trim_end().ends_with("# EOF"),
+        "OpenMetrics must end with # EOF"
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_impact_factor_ratio{target="db"}"#),
+        Some(0.95)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_onset_dispersion_seconds{target="db"}"#),
+        Some(0.125)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_anomaly_onset_timestamp_seconds{target="db"}"#
+        ),
+        Some(42.5)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_verdict{target="db",verdict="external"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_verdict{target="db",verdict="internal"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_verdict{target="db",verdict="none"}"#),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_subsystem{target="db",subsystem="disk_io"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_threads{target="db",state="directly_affected"}"#
+        ),
+        Some(38.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_affected_syscall_increase_ratio{target="db",syscall="fsync",dimension="time",rank="1"}"#
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_affected_syscall_increase_ratio{target="db",syscall="write",dimension="frequency",rank="2"}"#
+        ),
+        Some(0.25)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_syscall_mean_latency_seconds{target="db",syscall="write"}"#
+        ),
+        Some(0.004)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_syscall_calls_per_second{target="db",syscall="read"}"#
+        ),
+        Some(11.0)
+    );
+    // Third-ranked and third-busiest syscalls are cut (max_syscalls = 2) ...
+    assert!(!text.contains(r#"rank="3""#));
+    assert!(!text.contains(r#"syscall="futex""#));
+    // ... and so is every series of the second target.
+    assert!(!text.contains(r#"target="web""#));
+    // Cut: 1 ranked-by-time entry, 1 activity entry, 1 report of a target over the cap.
+    assert_eq!(sample(&text, "faultline_series_capped_total"), Some(3.0));
+    assert_eq!(sample(&text, "faultline_targets"), Some(1.0));
+    // The hint is a label value: quotes and newlines are escaped, not breaking the line.
+    assert!(
+        text.contains(r#"hint="disk \"slow\"\nsee report""#),
+        "{text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_reports_total{target="db",trigger="cadence"}"#
+        ),
+        Some(1.0)
+    );
+
+    // The ranking changes: fsync leaves it, its series must go.
+    let second = report("db", Verdict::None, &[("futex", 0.7)]);
+    sink.publish(&second).unwrap();
+    let text = exporter.encode().unwrap();
+    assert!(
+        !text.contains(r#"syscall="fsync""#),
+        "stale series kept: {text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_affected_syscall_increase_ratio{target="db",syscall="futex",dimension="time",rank="1"}"#
+        ),
+        Some(0.7)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_verdict{target="db",verdict="none"}"#),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_verdict{target="db",verdict="external"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_reports_total{target="db",trigger="cadence"}"#
+        ),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn pipeline_counters_and_engine_timings_are_exported() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (mut sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+    let otlp = telemetry.source("otlp_grpc");
+    otlp.add_received(1234);
+    otlp.add_decode_errors(3);
+    otlp.add_dropped(DropReason::QueueFull, 17);
+    telemetry.add_guest_restart();
+    sink.observe_engine_call(0.003);
+    sink.observe_engine_call(0.5);
+
+    let text = exporter.encode().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_events_received_total{source="otlp_grpc"}"#
+        ),
+        Some(1234.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_decode_errors_total{source="otlp_grpc"}"#
+        ),
+        Some(3.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_events_dropped_total{source="otlp_grpc",reason="queue_full"}"#
+        ),
+        Some(17.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_events_dropped_total{source="otlp_grpc",reason="no_target"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(sample(&text, "faultline_guest_restarts_total"), Some(1.0));
+    assert_eq!(
+        sample(&text, "faultline_analysis_duration_seconds_count"),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, "faultline_analysis_duration_seconds_sum"),
+        Some(0.503)
+    );
+    // Bucket boundaries are 10 µs × 4^k: 0.003 s falls in le=0.01024, 0.5 s in le=0.65536.
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_analysis_duration_seconds_bucket{le="0.00256"}"#
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_analysis_duration_seconds_bucket{le="0.01024"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_analysis_duration_seconds_bucket{le="0.65536"}"#
+        ),
+        Some(2.0)
+    );
+}

@@ -1,0 +1,399 @@
+//! The perf sources on real data: fixture lines cut from the shared MariaDB traces, captures
+//! of real processes made with the real `perf`, and malformed input.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use faultline::model::EventBatch;
+use faultline::pipeline::telemetry::SourceStats;
+use faultline::sources::perf::live::{spawn_script, PerfTarget};
+use faultline::sources::perf::{PerfScriptReader, PerfTraceReader};
+use faultline::sources::{BatchReader, MAX_BATCH_EVENTS};
+use faultline_engine::syscalls::Arch;
+use faultline_engine::{EventKind, SyscallId};
+use proptest::prelude::*;
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn drain(reader: &mut dyn BatchReader) -> Vec<EventBatch> {
+    let mut out = Vec::new();
+    while let Some(b) = reader.next_batch().expect("read") {
+        assert!(!b.events.is_empty() && b.events.len() <= MAX_BATCH_EVENTS);
+        out.push(b);
+    }
+    out
+}
+
+fn read_script(path: &Path) -> (Vec<EventBatch>, Arc<SourceStats>) {
+    let stats = Arc::new(SourceStats::new("perf"));
+    let mut r = PerfScriptReader::open(path, Arch::X86_64, stats.clone()).expect("open");
+    (drain(&mut r), stats)
+}
+
+/// Independent count of the text: (tid, "enter"/"exit", NR) → lines, by plain string splitting.
+fn text_counts(text: &str) -> BTreeMap<(u32, &'static str, i64), u64> {
+    let mut m = BTreeMap::new();
+    for line in text.lines() {
+        let half = if line.contains("raw_syscalls:sys_enter:") {
+            "enter"
+        } else if line.contains("raw_syscalls:sys_exit:") {
+            "exit"
+        } else {
+            continue;
+        };
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let nr_at = words.iter().position(|w| *w == "NR").unwrap();
+        let nr: i64 = words[nr_at + 1].parse().unwrap();
+        // The thread token is the one right after the command name (`pid/tid` or `tid`).
+        let thread = words
+            .iter()
+            .find(|w| w.chars().all(|c| c.is_ascii_digit() || c == '/') && !w.is_empty())
+            .unwrap();
+        let tid: u32 = thread.rsplit('/').next().unwrap().parse().unwrap();
+        *m.entry((tid, half, nr)).or_insert(0) += 1;
+    }
+    m
+}
+
+fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallId), u64> {
+    let mut m = BTreeMap::new();
+    for b in batches {
+        for e in &b.events {
+            let half = match e.kind {
+                EventKind::Enter => "enter",
+                EventKind::Exit => "exit",
+                EventKind::Complete => "complete",
+            };
+            *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
+        }
+    }
+    m
+}
+
+fn to_ids(
+    m: BTreeMap<(u32, &'static str, i64), u64>,
+) -> BTreeMap<(u32, &'static str, SyscallId), u64> {
+    let mut out = BTreeMap::new();
+    for ((tid, half, nr), n) in m {
+        // perf prints NR -1 for calls the kernel could not number (e.g. a restart).
+        let id = u32::try_from(nr).map_or(SyscallId::UNKNOWN, |nr| {
+            SyscallId::from_number(Arch::X86_64, nr)
+        });
+        *out.entry((tid, half, id)).or_insert(0) += n;
+    }
+    out
+}
+
+#[test]
+fn mariadb_fixture_decodes_every_line() {
+    let path = data("perf_script_mariadb.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (batches, stats) = read_script(&path);
+    assert_eq!(stats.decode_errors(), 0);
+    assert_eq!(stats.received(), text.lines().count() as u64);
+    assert_eq!(event_counts(&batches), to_ids(text_counts(&text)));
+    for b in &batches {
+        assert_eq!(b.source, "perf");
+        assert_eq!(b.process.pid, Some(14397));
+        assert_eq!(b.process.comm.as_deref(), Some("mariadbd"));
+        assert!(b.events.iter().all(|e| e.pid == 14397));
+    }
+    // Per-thread order is the file's order (timestamps never go back within a thread).
+    let mut last: BTreeMap<u32, u64> = BTreeMap::new();
+    for e in batches.iter().flat_map(|b| &b.events) {
+        let prev = last.insert(e.tid, e.ts_ns).unwrap_or(0);
+        assert!(e.ts_ns >= prev, "thread {} went back in time", e.tid);
+    }
+    // Known values from the first line of the fixture, read independently.
+    let first = text.lines().next().unwrap();
+    let ts: f64 = first
+        .split_whitespace()
+        .nth(2)
+        .unwrap()
+        .trim_end_matches(':')
+        .parse()
+        .unwrap();
+    let first_ev = batches.iter().flat_map(|b| &b.events).next().unwrap();
+    assert!((first_ev.ts_ns as f64 / 1e9 - ts).abs() < 1e-6);
+}
+
+#[test]
+fn default_and_compact_field_sets_give_the_same_calls() {
+    let compact_text = std::fs::read_to_string(data("perf_script_compact_sh.txt")).unwrap();
+    let (compact, s1) = read_script(&data("perf_script_compact_sh.txt"));
+    let (default, s2) = read_script(&data("perf_script_default_sh.txt"));
+    assert_eq!((s1.decode_errors(), s2.decode_errors()), (0, 0));
+    assert_eq!(event_counts(&compact), event_counts(&default));
+    assert_eq!(event_counts(&compact), to_ids(text_counts(&compact_text)));
+
+    // Compact: batches per process id; exec renames the process (sh → echo, sh → true).
+    let pids: BTreeSet<u32> = compact.iter().filter_map(|b| b.process.pid).collect();
+    assert_eq!(pids.len(), 3, "sh and its two children");
+    let names: BTreeSet<&str> = compact
+        .iter()
+        .filter_map(|b| b.process.comm.as_deref())
+        .collect();
+    assert_eq!(names, BTreeSet::from(["echo", "sh", "true"]));
+    for b in &compact {
+        assert!(b.events.iter().all(|e| Some(e.pid) == b.process.pid));
+    }
+    // Default field set: no pid, grouped by command name, pid = tid in events.
+    assert!(default.iter().all(|b| b.process.pid.is_none()));
+    assert!(default
+        .iter()
+        .flat_map(|b| &b.events)
+        .all(|e| e.pid == e.tid));
+}
+
+#[test]
+fn perf_trace_fixture_gives_complete_calls() {
+    let path = data("perf_trace_sh.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let stats = Arc::new(SourceStats::new("perf"));
+    let mut r = PerfTraceReader::new(
+        std::io::BufReader::new(std::fs::File::open(&path).unwrap()),
+        stats.clone(),
+    );
+    let batches = drain(&mut r);
+    assert_eq!(stats.decode_errors(), 0);
+    // Finished calls: lines with an entry time and a result (`= ...`).
+    let finished = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('?') && l.contains(" = "))
+        .count() as u64;
+    assert_eq!(stats.received(), finished);
+    let events: Vec<_> = batches.iter().flat_map(|b| &b.events).collect();
+    assert!(events.iter().all(|e| e.kind == EventKind::Complete));
+    // `sleep 0.1` shows as one clock_nanosleep of about 100 ms.
+    let nanosleep = SyscallId::from_name("clock_nanosleep");
+    let sleeps: Vec<_> = events.iter().filter(|e| e.syscall == nanosleep).collect();
+    assert_eq!(sleeps.len(), 1);
+    assert!((100_000_000..110_000_000).contains(&sleeps[0].duration_ns));
+    let comms: BTreeSet<_> = batches
+        .iter()
+        .filter_map(|b| b.process.comm.clone())
+        .collect();
+    assert!(comms.contains("sleep") && comms.contains("sh"), "{comms:?}");
+}
+
+#[test]
+fn garbage_lines_are_counted_and_skipped() {
+    let text = std::fs::read_to_string(data("perf_script_mariadb.txt")).unwrap();
+    let garbage = [
+        "this is not perf output",
+        "        mariadbd 14397/14433  3311.29: raw_syscalls:sys_exit: NR 45 = ",
+        "        mariadbd 14397/x  3311.292880984: raw_syscalls:sys_enter: NR 45 (1)",
+        "\u{fffd}\u{0}\u{7f}",
+    ];
+    let mut mixed = String::new();
+    for (i, line) in text.lines().enumerate() {
+        mixed.push_str(line);
+        mixed.push('\n');
+        if i % 50 == 0 {
+            mixed.push_str(garbage[i / 50 % garbage.len()]);
+            mixed.push('\n');
+        }
+    }
+    let injected = text.lines().count().div_ceil(50) as u64;
+    let stats = Arc::new(SourceStats::new("perf"));
+    let mut r = PerfScriptReader::new(mixed.as_bytes(), Arch::X86_64, stats.clone());
+    let batches = drain(&mut r);
+    assert_eq!(stats.decode_errors(), injected);
+    assert_eq!(event_counts(&batches), to_ids(text_counts(&text)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+    #[test]
+    fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut r = PerfScriptReader::new(&bytes[..], Arch::X86_64, stats.clone());
+        let lines = bytes.split(|b| *b == b'\n').filter(|l| !l.is_empty()).count() as u64;
+        let mut events = 0u64;
+        while let Some(b) = r.next_batch().unwrap() {
+            events += b.events.len() as u64;
+        }
+        prop_assert!(stats.decode_errors() + events <= lines);
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut t = PerfTraceReader::new(&bytes[..], stats);
+        while t.next_batch().unwrap().is_some() {}
+    }
+
+    #[test]
+    fn mutated_real_lines_never_panic(cut in 0usize..120, junk in "[ -\"$-~]{0,12}") {
+        let text = std::fs::read_to_string(data("perf_script_mariadb.txt")).unwrap();
+        let mut mutated = String::new();
+        for line in text.lines().take(40) {
+            let at = line.char_indices().map(|(i, _)| i).nth(cut).unwrap_or(line.len());
+            mutated.push_str(&line[..at]);
+            mutated.push_str(&junk);
+            mutated.push('\n');
+        }
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut r = PerfScriptReader::new(mutated.as_bytes(), Arch::X86_64, stats.clone());
+        let mut events = 0u64;
+        while let Some(b) = r.next_batch().unwrap() {
+            events += b.events.len() as u64;
+        }
+        // Blank lines are skipped, every other line is an event or a counted error.
+        let blank = mutated.lines().filter(|l| l.trim().is_empty()).count() as u64;
+        prop_assert_eq!(events + stats.decode_errors(), 40 - blank);
+    }
+}
+
+/// True when perf can trace syscalls here; otherwise says loudly why the test is skipped.
+fn perf_usable() -> bool {
+    let ok = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "raw_syscalls:sys_enter",
+            "-o",
+            "/dev/null",
+            "--",
+            "true",
+        ])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if !ok {
+        eprintln!(
+            "\n!!!!! SKIPPED: `perf` missing or not permitted to trace syscalls here !!!!!\n"
+        );
+    }
+    ok
+}
+
+const DD_BYTES: u32 = 3000;
+
+fn dd_args() -> Vec<String> {
+    [
+        "dd",
+        "if=/dev/zero",
+        "of=/dev/null",
+        "bs=1",
+        &format!("count={DD_BYTES}"),
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+#[test]
+fn real_perf_capture_matches_perf_script_text() {
+    if !perf_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let data_file = dir.path().join("perf.data");
+    let status = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-e",
+            "raw_syscalls:sys_enter",
+            "-e",
+            "raw_syscalls:sys_exit",
+        ])
+        .args(["-k", "CLOCK_MONOTONIC", "-o"])
+        .arg(&data_file)
+        .arg("--")
+        .args(dd_args())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let script = Command::new("perf")
+        .args([
+            "script",
+            "--ns",
+            "-F",
+            "comm,pid,tid,time,event,trace",
+            "-i",
+        ])
+        .arg(&data_file)
+        .output()
+        .unwrap();
+    assert!(script.status.success());
+    let text = String::from_utf8(script.stdout).unwrap();
+    let text_path = dir.path().join("trace.txt");
+    std::fs::write(&text_path, &text).unwrap();
+
+    let (batches, stats) = read_script(&text_path);
+    assert_eq!(stats.decode_errors(), 0);
+    assert_eq!(event_counts(&batches), to_ids(text_counts(&text)));
+
+    // dd copies byte by byte: one read(0) and one write(1) per byte, plus its startup.
+    let read = SyscallId::from_name("read");
+    let write = SyscallId::from_name("write");
+    let dd = batches
+        .iter()
+        .filter(|b| b.process.comm.as_deref() == Some("dd"));
+    let count = |id| {
+        dd.clone()
+            .flat_map(|b| &b.events)
+            .filter(|e| e.syscall == id && e.kind == EventKind::Enter)
+            .count() as u32
+    };
+    let (reads, writes) = (count(read), count(write));
+    assert!((DD_BYTES..DD_BYTES + 20).contains(&reads), "reads {reads}");
+    assert!(
+        (DD_BYTES..DD_BYTES + 20).contains(&writes),
+        "writes {writes}"
+    );
+    // The same number as a plain grep of the perf text for `sys_enter: NR 0 ` lines.
+    let grep = text
+        .lines()
+        .filter(|l| l.contains(" dd ") || l.trim_start().starts_with("dd "))
+        .filter(|l| l.contains("sys_enter: NR 0 "))
+        .count() as u32;
+    assert_eq!(reads, grep);
+}
+
+#[test]
+fn live_perf_record_pipe_streams_a_command() {
+    if !perf_usable() {
+        return;
+    }
+    let stats = Arc::new(SourceStats::new("perf"));
+    let mut r = spawn_script(&PerfTarget::Command(dd_args()), Arch::X86_64, stats.clone())
+        .expect("spawn perf");
+    let batches = drain(&mut r);
+    assert_eq!(stats.decode_errors(), 0);
+    let write = SyscallId::from_name("write");
+    let writes = batches
+        .iter()
+        .filter(|b| b.process.comm.as_deref() == Some("dd"))
+        .flat_map(|b| &b.events)
+        .filter(|e| e.syscall == write && e.kind == EventKind::Exit && e.ret == Some(1))
+        .count() as u32;
+    // Every 1-byte write of dd with its return value (nothing lost in the pipe), plus at
+    // most a few other 1-byte writes of its startup.
+    assert!(
+        (DD_BYTES..DD_BYTES + 5).contains(&writes),
+        "writes {writes}"
+    );
+}
+
+#[test]
+fn stdin_dash_and_compressed_inputs_read_alike() {
+    let plain = data("perf_script_mariadb.txt");
+    let text = std::fs::read(&plain).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let zst = dir.path().join("t.txt.zst");
+    std::fs::write(&zst, zstd::encode_all(&text[..], 3).unwrap()).unwrap();
+    let (a, _) = read_script(&plain);
+    let (b, _) = read_script(&zst);
+    assert_eq!(event_counts(&a), event_counts(&b));
+    let mut r = faultline::sources::input::open(&zst).unwrap();
+    let mut first = String::new();
+    r.read_line(&mut first).unwrap();
+    assert!(first.contains("raw_syscalls"));
+}

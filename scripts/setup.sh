@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything faultline's build, run and tests need on a fresh Debian machine
+# (idempotent: skips what is already there). Sourced by run-defaults.sh and test.sh.
+set -euo pipefail
+
+need_apt=()
+command -v babeltrace2 >/dev/null 2>&1 || need_apt+=(babeltrace2)
+command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
+command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+command -v lttng-syscallstats >/dev/null 2>&1 || need_apt+=(python3-lttnganalyses)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: installing Debian packages: ${need_apt[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+fi
+
+# The engine is also built as a WASM module by plugin/build.rs.
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  echo "setup: adding rust target wasm32-unknown-unknown"
+  rustup target add wasm32-unknown-unknown
+fi
+
+# A real OpenTelemetry SDK for the OTLP end-to-end tests.
+if ! python3 -c "import opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http" >/dev/null 2>&1; then
+  echo "setup: installing the OpenTelemetry Python SDK"
+  python3 -m pip install -q --disable-pip-version-check \
+    opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
+fi

@@ -1,0 +1,421 @@
+//! The binary event-batch layout passed from host to guest (see `wasm-guest/ABI.md`).
+//!
+//! Events cross the sandbox boundary millions of times a second, so they travel as flat
+//! little-endian records, not JSON: one copy into guest memory, then a bounds-checked
+//! decode that never panics on malformed input.
+//!
+//! ```text
+//! header   magic "FLEB" | version u16 | target_len u16 | n_events u32 | n_perf u32   (16 bytes)
+//! target   target_len bytes of UTF-8
+//! records  n_events × 40 bytes (RECORD_LEN)
+//! perf     n_perf × 32 bytes, one per record whose FLAG_PERF is set, in record order
+//! ```
+
+use thiserror::Error;
+
+use crate::event::{EventKind, PerfCounters, SyscallEvent};
+use crate::syscalls::SyscallId;
+
+/// First four bytes of every batch: catches a host writing the wrong buffer.
+pub const MAGIC: [u8; 4] = *b"FLEB";
+/// Version of the batch layout (independent of the export list's ABI version).
+pub const BATCH_VERSION: u16 = 1;
+/// Bytes before the target name.
+pub const HEADER_LEN: usize = 16;
+/// Bytes of one event record.
+pub const RECORD_LEN: usize = 40;
+/// Bytes of one perf-counter block.
+pub const PERF_LEN: usize = 32;
+
+/// Record flag: `ret` holds a return value.
+pub const FLAG_RET: u8 = 1;
+/// Record flag: a perf-counter block belongs to this record.
+pub const FLAG_PERF: u8 = 2;
+
+/// Why a batch could not be decoded; the guest returns it as a status, never panics.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum DecodeError {
+    #[error("batch is {0} bytes, shorter than the {HEADER_LEN}-byte header")]
+    ShortHeader(usize),
+    #[error("bad magic {0:?} (expected \"FLEB\")")]
+    BadMagic([u8; 4]),
+    #[error("unsupported batch layout version {0} (this guest reads {BATCH_VERSION})")]
+    Version(u16),
+    #[error("batch length {actual} does not match its header ({expected} bytes expected)")]
+    Length { expected: u64, actual: usize },
+    #[error("target name is not UTF-8")]
+    TargetUtf8,
+    #[error("record {index}: unknown kind {kind}")]
+    Kind { index: usize, kind: u8 },
+    #[error("record {index}: unknown flags {flags:#04x}")]
+    Flags { index: usize, flags: u8 },
+    #[error("record {index}: reserved bytes are not zero")]
+    Reserved { index: usize },
+    #[error("perf blocks: header says {declared}, records flag {flagged}")]
+    PerfCount { declared: u32, flagged: u64 },
+}
+
+/// Why a batch could not be encoded (limits of the layout's header fields).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum EncodeError {
+    #[error("target name is {0} bytes; the batch layout allows at most 65535")]
+    TargetTooLong(usize),
+    #[error("{0} events in one batch; the batch layout allows at most 2^32 - 1")]
+    TooManyEvents(usize),
+}
+
+fn kind_code(kind: EventKind) -> u8 {
+    match kind {
+        EventKind::Complete => 0,
+        EventKind::Enter => 1,
+        EventKind::Exit => 2,
+    }
+}
+
+fn kind_from(code: u8) -> Option<EventKind> {
+    match code {
+        0 => Some(EventKind::Complete),
+        1 => Some(EventKind::Enter),
+        2 => Some(EventKind::Exit),
+        _ => None,
+    }
+}
+
+/// Size in bytes of the encoded batch, so a host can size its guest buffer up front.
+pub fn encoded_len(target: &str, events: &[SyscallEvent]) -> usize {
+    let perf = events.iter().filter(|e| e.perf.is_some()).count();
+    HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf * PERF_LEN
+}
+
+/// Encodes `target` and `events` into `out` (cleared first; its capacity is reused).
+pub fn encode_batch(
+    target: &str,
+    events: &[SyscallEvent],
+    out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    let target_len =
+        u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
+    let n = u32::try_from(events.len()).map_err(|_| EncodeError::TooManyEvents(events.len()))?;
+    let perf: Vec<&PerfCounters> = events.iter().filter_map(|e| e.perf.as_ref()).collect();
+    // Fits: perf.len() <= events.len() <= u32::MAX.
+    let n_perf = perf.len() as u32;
+    out.clear();
+    out.reserve(encoded_len(target, events));
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&BATCH_VERSION.to_le_bytes());
+    out.extend_from_slice(&target_len.to_le_bytes());
+    out.extend_from_slice(&n.to_le_bytes());
+    out.extend_from_slice(&n_perf.to_le_bytes());
+    out.extend_from_slice(target.as_bytes());
+    for e in events {
+        let mut rec = [0u8; RECORD_LEN];
+        rec[0..4].copy_from_slice(&e.pid.to_le_bytes());
+        rec[4..8].copy_from_slice(&e.tid.to_le_bytes());
+        rec[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
+        rec[10] = kind_code(e.kind);
+        rec[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
+            | if e.perf.is_some() { FLAG_PERF } else { 0 };
+        // rec[12..16] reserved, zero.
+        rec[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
+        rec[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
+        rec[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&rec);
+    }
+    for p in perf {
+        out.extend_from_slice(&p.cycles.to_le_bytes());
+        out.extend_from_slice(&p.instructions.to_le_bytes());
+        out.extend_from_slice(&p.cache_misses.to_le_bytes());
+        out.extend_from_slice(&p.context_switches.to_le_bytes());
+    }
+    Ok(())
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    let mut x = [0u8; 2];
+    if let Some(s) = b.get(at..at + 2) {
+        x.copy_from_slice(s);
+    }
+    u16::from_le_bytes(x)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    if let Some(s) = b.get(at..at + 4) {
+        x.copy_from_slice(s);
+    }
+    u32::from_le_bytes(x)
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    if let Some(s) = b.get(at..at + 8) {
+        x.copy_from_slice(s);
+    }
+    u64::from_le_bytes(x)
+}
+
+/// Decodes a batch into `events` (cleared first, capacity reused) and returns the target
+/// name, borrowed from `bytes`. The whole batch is validated before anything is returned.
+pub fn decode_batch<'a>(
+    bytes: &'a [u8],
+    events: &mut Vec<SyscallEvent>,
+) -> Result<&'a str, DecodeError> {
+    events.clear();
+    let decoded = decode_into(bytes, events);
+    if decoded.is_err() {
+        // All or nothing: a caller must never ingest half a batch.
+        events.clear();
+    }
+    decoded
+}
+
+fn decode_into<'a>(
+    bytes: &'a [u8],
+    events: &mut Vec<SyscallEvent>,
+) -> Result<&'a str, DecodeError> {
+    if bytes.len() < HEADER_LEN {
+        return Err(DecodeError::ShortHeader(bytes.len()));
+    }
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(bytes.get(0..4).unwrap_or(&[0; 4]));
+    if magic != MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let version = u16_at(bytes, 4);
+    if version != BATCH_VERSION {
+        return Err(DecodeError::Version(version));
+    }
+    let target_len = usize::from(u16_at(bytes, 6));
+    let n = u32_at(bytes, 8);
+    let n_perf = u32_at(bytes, 12);
+    // u64 arithmetic cannot overflow: every term is below 2^38.
+    let expected = HEADER_LEN as u64
+        + target_len as u64
+        + u64::from(n) * RECORD_LEN as u64
+        + u64::from(n_perf) * PERF_LEN as u64;
+    if expected != bytes.len() as u64 {
+        return Err(DecodeError::Length {
+            expected,
+            actual: bytes.len(),
+        });
+    }
+    let target_end = HEADER_LEN + target_len;
+    let target = bytes
+        .get(HEADER_LEN..target_end)
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .ok_or(DecodeError::TargetUtf8)?;
+    let records_end = target_end + n as usize * RECORD_LEN;
+    let records = bytes.get(target_end..records_end).unwrap_or(&[]);
+    let mut perf_blocks = bytes
+        .get(records_end..)
+        .unwrap_or(&[])
+        .chunks_exact(PERF_LEN);
+    let mut flagged: u64 = 0;
+    events.reserve(n as usize);
+    for (index, rec) in records.chunks_exact(RECORD_LEN).enumerate() {
+        let kind_byte = rec.get(10).copied().unwrap_or(0);
+        let kind = kind_from(kind_byte).ok_or(DecodeError::Kind {
+            index,
+            kind: kind_byte,
+        })?;
+        let flags = rec.get(11).copied().unwrap_or(0);
+        if flags & !(FLAG_RET | FLAG_PERF) != 0 {
+            return Err(DecodeError::Flags { index, flags });
+        }
+        if u32_at(rec, 12) != 0 {
+            return Err(DecodeError::Reserved { index });
+        }
+        let perf = if flags & FLAG_PERF != 0 {
+            flagged += 1;
+            let p = perf_blocks.next().ok_or(DecodeError::PerfCount {
+                declared: n_perf,
+                flagged,
+            })?;
+            Some(PerfCounters {
+                cycles: u64_at(p, 0),
+                instructions: u64_at(p, 8),
+                cache_misses: u64_at(p, 16),
+                context_switches: u64_at(p, 24),
+            })
+        } else {
+            None
+        };
+        events.push(SyscallEvent {
+            pid: u32_at(rec, 0),
+            tid: u32_at(rec, 4),
+            syscall: SyscallId(u16_at(rec, 8)),
+            kind,
+            ts_ns: u64_at(rec, 16),
+            duration_ns: u64_at(rec, 24),
+            ret: (flags & FLAG_RET != 0).then(|| u64_at(rec, 32) as i64),
+            perf,
+        });
+    }
+    if flagged != u64::from(n_perf) {
+        return Err(DecodeError::PerfCount {
+            declared: n_perf,
+            flagged,
+        });
+    }
+    Ok(target)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{generate, EventShape, StreamSpec};
+    use proptest::prelude::*;
+
+    fn sample() -> Vec<SyscallEvent> {
+        let mut ev: Vec<_> = generate(&StreamSpec {
+            threads: 5,
+            seconds: 0.2,
+            shape: EventShape::EnterExit,
+            ..StreamSpec::default()
+        })
+        .collect();
+        if let Some(e) = ev.get_mut(3) {
+            e.perf = Some(PerfCounters {
+                cycles: 1,
+                instructions: u64::MAX,
+                cache_misses: 3,
+                context_switches: 4,
+            });
+            e.ret = Some(-11);
+        }
+        ev
+    }
+
+    #[test]
+    fn round_trip_keeps_every_field() {
+        let ev = sample();
+        assert!(ev.len() > 10);
+        let mut buf = Vec::new();
+        encode_batch("mariadb · prod", &ev, &mut buf).unwrap();
+        assert_eq!(buf.len(), encoded_len("mariadb · prod", &ev));
+        let mut out = Vec::new();
+        let target = decode_batch(&buf, &mut out).unwrap();
+        assert_eq!(target, "mariadb · prod");
+        assert_eq!(out, ev);
+    }
+
+    #[test]
+    fn empty_batch_round_trips() {
+        let mut buf = Vec::new();
+        encode_batch("", &[], &mut buf).unwrap();
+        assert_eq!(buf.len(), HEADER_LEN);
+        let mut out = vec![SyscallEvent::enter(1, 1, SyscallId(1), 1)];
+        assert_eq!(decode_batch(&buf, &mut out), Ok(""));
+        assert!(out.is_empty());
+    }
+
+    #[test]
+    fn malformed_batches_name_the_problem() {
+        let ev = sample();
+        let mut buf = Vec::new();
+        encode_batch("t", &ev, &mut buf).unwrap();
+        let mut out = Vec::new();
+        let mut bad = buf.clone();
+        bad[0] = b'X';
+        assert!(matches!(
+            decode_batch(&bad, &mut out),
+            Err(DecodeError::BadMagic(_))
+        ));
+        let mut bad = buf.clone();
+        bad[4] = 9;
+        assert_eq!(decode_batch(&bad, &mut out), Err(DecodeError::Version(9)));
+        assert!(matches!(
+            decode_batch(&buf[..buf.len() - 1], &mut out),
+            Err(DecodeError::Length { .. })
+        ));
+        let rec0 = HEADER_LEN + 1;
+        let mut bad = buf.clone();
+        bad[rec0 + 10] = 7;
+        assert_eq!(
+            decode_batch(&bad, &mut out),
+            Err(DecodeError::Kind { index: 0, kind: 7 })
+        );
+        let mut bad = buf.clone();
+        bad[rec0 + 11] |= 0x80;
+        assert!(matches!(
+            decode_batch(&bad, &mut out),
+            Err(DecodeError::Flags { index: 0, .. })
+        ));
+        let mut bad = buf.clone();
+        bad[rec0 + 13] = 1;
+        assert_eq!(
+            decode_batch(&bad, &mut out),
+            Err(DecodeError::Reserved { index: 0 })
+        );
+        // Flag a perf block the header does not declare.
+        let mut bad = buf.clone();
+        bad[rec0 + 11] |= FLAG_PERF;
+        assert!(matches!(
+            decode_batch(&bad, &mut out),
+            Err(DecodeError::PerfCount { .. })
+        ));
+        let mut bad = buf;
+        bad[HEADER_LEN] = 0xff;
+        assert_eq!(decode_batch(&bad, &mut out), Err(DecodeError::TargetUtf8));
+        assert!(out.is_empty(), "a failed decode leaves no partial batch");
+    }
+
+    #[test]
+    fn oversized_target_is_refused_by_the_encoder() {
+        let long = "x".repeat(70_000);
+        assert_eq!(
+            encode_batch(&long, &[], &mut Vec::new()),
+            Err(EncodeError::TargetTooLong(70_000))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..400)) {
+            let mut out = Vec::new();
+            let _ = decode_batch(&bytes, &mut out);
+        }
+
+        #[test]
+        fn corrupted_or_truncated_batches_never_panic(
+            cut in 0usize..2000,
+            flips in proptest::collection::vec((0usize..2000, any::<u8>()), 0..8),
+        ) {
+            let ev = sample();
+            let mut buf = Vec::new();
+            encode_batch("target", &ev[..ev.len().min(40)], &mut buf).unwrap();
+            for (at, v) in flips {
+                let n = buf.len();
+                if let Some(b) = buf.get_mut(at % n) {
+                    *b = v;
+                }
+            }
+            buf.truncate(cut.min(buf.len()));
+            let mut out = Vec::new();
+            match decode_batch(&buf, &mut out) {
+                Ok(_) => prop_assert!(out.len() * RECORD_LEN <= buf.len()),
+                Err(_) => prop_assert!(out.is_empty()),
+            }
+        }
+
+        #[test]
+        fn any_events_round_trip(
+            raw in proptest::collection::vec(
+                (any::<u32>(), any::<u32>(), any::<u16>(), 0u8..3, any::<u64>(), any::<u64>(),
+                 proptest::option::of(any::<i64>()), proptest::option::of(any::<[u64; 4]>())),
+                0..50),
+            target in "\\PC{0,20}",
+        ) {
+            let ev: Vec<SyscallEvent> = raw.into_iter().map(|(pid, tid, sc, k, ts, d, ret, perf)| SyscallEvent {
+                pid, tid, syscall: SyscallId(sc), kind: kind_from(k).unwrap_or(EventKind::Complete),
+                ts_ns: ts, duration_ns: d, ret,
+                perf: perf.map(|p| PerfCounters { cycles: p[0], instructions: p[1], cache_misses: p[2], context_switches: p[3] }),
+            }).collect();
+            let mut buf = Vec::new();
+            encode_batch(&target, &ev, &mut buf).unwrap();
+            let mut out = Vec::new();
+            prop_assert_eq!(decode_batch(&buf, &mut out).unwrap(), target.as_str());
+            prop_assert_eq!(out, ev);
+        }
+    }
+}

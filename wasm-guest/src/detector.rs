@@ -1,0 +1,305 @@
+//! Outlier detection on k-moving averages against a learned baseline, with a
+//! confirmation step that controls multiple testing.
+//!
+//! # Orientation
+//!
+//! Every series is oriented so that *larger is worse*: execution times (and the off-CPU
+//! gap) are fed as nanoseconds, and the frequency channel is fed as the *negated*
+//! inter-arrival time of the same syscall (a higher rate = a less negative value).
+//! The relative increase of a moving average `ma` over the baseline mean `m` is then
+//! `ma / m − 1` for both (for negated inter-arrivals, `m / ma` flips sign twice).
+//!
+//! # The baseline
+//!
+//! For every (thread, syscall) — and for every syscall pooled over the target's threads,
+//! the fallback for threads without enough history (new threads) — the baseline is the
+//! distribution of the *k-moving averages themselves*, kept as a streaming mean and
+//! standard deviation ([`Welford`]) plus the **largest moving average seen** (`hi`).
+//! Choices and why (measured on the real MariaDB traces, see EVALUATION.md):
+//!
+//! * **Statistics of the moving averages, not of single calls**, so the correlation of
+//!   overlapping windows is accounted for.
+//! * **An outlier must exceed both mean + Θσ and the baseline's own maximum** (and be at
+//!   least `min_time_increase` above the mean). Syscall times are heavy-tailed: a healthy
+//!   thread exceeds its mean + 2σ hundreds of times a minute, so that test alone flags
+//!   every thread. Exceeding the largest moving average of the clean history is what a
+//!   healthy thread rarely does (≈ once per baseline length, by exchangeability), while
+//!   a CPU cap makes connection threads exceed it 5×/s through throttled gaps.
+//! * **Learned from earlier epochs, double-buffered (ChopStix §4.1.5).** Each baseline
+//!   keeps `learn` (the current epoch), `prev` (the last finished epoch, awaiting
+//!   approval) and `base` (approved, used for testing). At each epoch boundary (the
+//!   cadence), if the epoch was clean, `prev` is folded into `base` and `learn` becomes
+//!   `prev`; if any outlier was confirmed, both are discarded. A fault therefore never
+//!   leaks into the baseline, even when it began in the epoch before it was detected.
+//! * **Robust and bounded.** Values entering the mean/σ are winsorized at `base` ± 4σ;
+//!   `base` keeps at most `baseline_max_samples` samples' worth of history (older epochs
+//!   down-weighted) and `hi` decays 10 % towards the mean per approved epoch, so memory is
+//!   constant and the baseline follows slow drifts of a healthy workload.
+//!
+//! # Multiple testing: confirmation
+//!
+//! A maximal sequence of consecutive outlier moving averages is an *exceedance run*
+//! (one extreme call makes a run of up to k averages). An outlier is **confirmed** when
+//! `confirm_runs` runs of the same series start within `confirm_window_seconds`, or when
+//! one run lasts 2k moving averages (a sustained shift, not one extreme call). The onset
+//! is the start of the first run of the confirming set: when the shift began, not when
+//! the evidence became sufficient. With a clean-history exceedance rate of about one run
+//! per baseline length per series, the chance of three within a second is negligible,
+//! while faults produce runs several times per second or sustained runs.
+
+use crate::stats::Welford;
+
+/// Runs remembered per series for confirmation (≥ the largest `confirm_runs`).
+pub const MAX_RUNS: usize = 8;
+
+/// One epoch's statistics: mean/σ and the largest value.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Epoch {
+    pub w: Welford,
+    pub hi: Option<f32>,
+}
+
+/// The three epochs of one baseline (see the module docs).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Baseline {
+    pub learn: Epoch,
+    pub prev: Epoch,
+    pub base: Epoch,
+    /// Approved epochs folded into `base`.
+    pub epochs: u16,
+}
+
+/// What a usable baseline says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Reference {
+    pub mean: f32,
+    pub sd: f32,
+    pub hi: f32,
+}
+
+fn max_opt(a: Option<f32>, b: Option<f32>) -> Option<f32> {
+    match (a, b) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    }
+}
+
+impl Baseline {
+    /// Adds one moving average to the current epoch.
+    pub fn learn(&mut self, x: f32, min_n: f32) {
+        if !x.is_finite() {
+            return;
+        }
+        self.learn.hi = max_opt(self.learn.hi, Some(x));
+        let w = if self.base.w.n >= min_n {
+            let sd = self.base.w.std_dev();
+            x.clamp(self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd)
+        } else {
+            x
+        };
+        self.learn.w.push(w);
+    }
+
+    /// Epoch boundary: approve the previous epoch if this one was clean, else drop both.
+    pub fn rotate(&mut self, clean: bool, max_n: f32) {
+        if clean {
+            let prev = self.prev;
+            if prev.w.n > 0.0 {
+                let mean = self.base.w.mean;
+                let decayed = self.base.hi.map(|h| mean + (h - mean) * 0.9);
+                self.base.w.merge(&prev.w);
+                self.base.w.cap(max_n);
+                self.base.hi = max_opt(decayed, prev.hi);
+                self.epochs = self.epochs.saturating_add(1);
+            }
+            self.prev = self.learn;
+        } else {
+            self.prev = Epoch::default();
+        }
+        self.learn = Epoch::default();
+    }
+
+    /// The approved baseline, when it has enough samples to test against.
+    pub fn usable(&self, min_n: f32, min_epochs: u16) -> Option<Reference> {
+        if self.base.w.n < min_n || self.epochs < min_epochs {
+            return None;
+        }
+        Some(Reference {
+            mean: self.base.w.mean,
+            sd: self.base.w.std_dev(),
+            hi: self.base.hi.unwrap_or(self.base.w.mean),
+        })
+    }
+}
+
+/// Thresholds of one test, derived once from `Params`.
+#[derive(Clone, Copy, Debug)]
+pub struct Thresholds {
+    /// Θ.
+    pub sigma: f32,
+    /// Smallest relative increase that can count (0.5 = +50 %).
+    pub min_increase: f32,
+    /// Runs needed within `window_ns`.
+    pub runs: usize,
+    pub window_ns: u64,
+    /// Moving averages a single run must last to confirm alone (2k).
+    pub sustained: u16,
+}
+
+/// Relative increase of `x` over `mean` in the oriented domain (see module docs).
+pub fn increase(x: f32, mean: f32) -> f32 {
+    if mean > 0.0 {
+        x / mean - 1.0
+    } else if mean < 0.0 && x < 0.0 {
+        mean / x - 1.0
+    } else {
+        0.0
+    }
+}
+
+/// Whether moving average `x` is an outlier against `r`.
+pub fn is_outlier(x: f32, r: &Reference, th: &Thresholds) -> bool {
+    x > r.mean + th.sigma * r.sd && x > r.hi && increase(x, r.mean) >= th.min_increase
+}
+
+/// Confirmation state of one series.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Confirm {
+    in_run: bool,
+    run_len: u16,
+    run_start_ns: u64,
+    starts: [u64; MAX_RUNS],
+    pos: u8,
+    count: u8,
+}
+
+impl Confirm {
+    /// Feeds one test result; returns the onset when an outlier is confirmed.
+    pub fn step(&mut self, outlier: bool, ts_ns: u64, th: &Thresholds) -> Option<u64> {
+        if !outlier {
+            self.in_run = false;
+            return None;
+        }
+        if self.in_run {
+            self.run_len = self.run_len.saturating_add(1);
+            if self.run_len == th.sustained {
+                let onset = self.run_start_ns;
+                self.count = 0;
+                return Some(onset);
+            }
+            return None;
+        }
+        self.in_run = true;
+        self.run_len = 1;
+        self.run_start_ns = ts_ns;
+        let i = self.pos as usize % MAX_RUNS;
+        if let Some(s) = self.starts.get_mut(i) {
+            *s = ts_ns;
+        }
+        self.pos = ((i + 1) % MAX_RUNS) as u8;
+        self.count = (self.count + 1).min(MAX_RUNS as u8);
+        let need = th.runs.clamp(1, MAX_RUNS);
+        if (self.count as usize) < need {
+            return None;
+        }
+        // The oldest of the last `need` run starts.
+        let oldest_i = (self.pos as usize + MAX_RUNS - need) % MAX_RUNS;
+        let oldest = self.starts.get(oldest_i).copied().unwrap_or(ts_ns);
+        if ts_ns.saturating_sub(oldest) <= th.window_ns {
+            self.count = 0;
+            Some(oldest)
+        } else {
+            None
+        }
+    }
+
+    /// A new execution unit: runs restart (the baseline stays).
+    pub fn reset(&mut self) {
+        *self = Confirm::default();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TH: Thresholds = Thresholds {
+        sigma: 2.0,
+        min_increase: 0.5,
+        runs: 3,
+        window_ns: 1000,
+        sustained: 10,
+    };
+
+    #[test]
+    fn sparse_runs_do_not_confirm_dense_ones_do() {
+        let mut c = Confirm::default();
+        for i in 0..100u64 {
+            // one single-average run every 2000 ns: never 3 within 1000
+            assert_eq!(c.step(i % 2 == 0, i * 1000, &TH), None);
+        }
+        let mut c = Confirm::default();
+        assert_eq!(c.step(true, 100, &TH), None);
+        assert_eq!(c.step(false, 200, &TH), None);
+        assert_eq!(c.step(true, 300, &TH), None);
+        assert_eq!(c.step(false, 400, &TH), None);
+        assert_eq!(c.step(true, 500, &TH), Some(100));
+    }
+
+    #[test]
+    fn sustained_run_confirms_at_its_start() {
+        let mut c = Confirm::default();
+        let mut got = None;
+        for i in 0..20u64 {
+            if let Some(o) = c.step(i >= 5, i, &TH) {
+                got = Some((i, o));
+                break;
+            }
+        }
+        assert_eq!(got, Some((14, 5)));
+    }
+
+    #[test]
+    fn outlier_needs_sigma_max_and_min_increase() {
+        let r = Reference {
+            mean: 100.0,
+            sd: 10.0,
+            hi: 200.0,
+        };
+        assert!(!is_outlier(150.0, &r, &TH), "below the baseline max");
+        assert!(is_outlier(210.0, &r, &TH));
+        let tight = Reference {
+            mean: 100.0,
+            sd: 1.0,
+            hi: 101.0,
+        };
+        assert!(!is_outlier(120.0, &tight, &TH), "+20 % is below the floor");
+        // negated inter-arrivals: mean −100 ns; −40 ns means 2.5× the rate
+        let f = Reference {
+            mean: -100.0,
+            sd: 10.0,
+            hi: -60.0,
+        };
+        assert!(is_outlier(-40.0, &f, &TH));
+        assert!((increase(-40.0, -100.0) - 1.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn baseline_rotation_discards_dirty_epochs() {
+        let mut b = Baseline::default();
+        (0..50).for_each(|_| b.learn(1.0, 10.0));
+        b.rotate(true, 1e6);
+        assert!(
+            b.usable(10.0, 1).is_none(),
+            "one epoch is still pending approval"
+        );
+        (0..50).for_each(|_| b.learn(1.0, 10.0));
+        b.rotate(true, 1e6);
+        assert_eq!(b.usable(10.0, 1).map(|x| x.mean), Some(1.0));
+        (0..50).for_each(|_| b.learn(9.0, 10.0));
+        b.rotate(false, 1e6); // fault detected in this epoch: it and the pending one go
+        b.rotate(true, 1e6);
+        assert_eq!(b.base.w.n, 50.0);
+        assert_eq!(b.usable(10.0, 1).map(|x| x.hi), Some(1.0));
+    }
+}

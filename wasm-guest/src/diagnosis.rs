@@ -1,0 +1,186 @@
+//! Fault differentiation (PerfCompass §3.4, §3.6, Fig. 3): onset times σ, impact factor
+//! τ, onset dispersion Ω, filtering mode and the external/internal verdict.
+//!
+//! Inputs are per-thread findings over one window with a known anomaly onset T0:
+//! each affected thread's onset σ = first confirmed outlier − max(T0, start of the unit
+//! it happened in). Measuring from max(T0, unit start) rather than from the unit start
+//! alone makes σ mean "how soon after the fault reached this thread": a busy thread whose
+//! unit began minutes before the fault is not given a huge onset.
+//!
+//! "Active in the window" (τ's denominator) means *testable right after the onset*: the
+//! thread had at least one moving average tested against a usable baseline between T0
+//! and T0 + α (plus the directly affected threads themselves, which were tested by
+//! definition). A thread parked in a timed wait, or one too new to have a baseline,
+//! could not have shown a direct impact and so does not dilute τ.
+
+use crate::report::{DecisionPath, Verdict};
+
+/// One affected thread's contribution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Finding {
+    /// σ in seconds.
+    pub onset_seconds: f64,
+    /// The confirming channel is a disk/network I/O syscall.
+    pub io: bool,
+}
+
+/// What the diagnosis needs beyond the findings.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Population {
+    /// Threads testable in [T0, T0 + α] (any channel).
+    pub active: u64,
+    /// Threads testable in [T0, T0 + α] on disk/network I/O channels.
+    pub active_io: u64,
+}
+
+/// Thresholds of Fig. 3.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Thresholds {
+    pub alpha_seconds: f64,
+    pub beta_seconds: f64,
+    /// δ
+    pub external: f64,
+    /// Δ
+    pub internal: f64,
+}
+
+/// The differentiation result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Differentiation {
+    pub verdict: Verdict,
+    pub decided_by: DecisionPath,
+    pub impact_factor: f64,
+    pub impact_factor_filtered: Option<f64>,
+    pub dispersion_seconds: f64,
+    pub affected: u64,
+    pub directly_affected: u64,
+    pub active: u64,
+}
+
+/// Runs Fig. 3 on the findings. `top_ranked_io` says whether the ranking's top syscalls
+/// are disk or network I/O (the trigger for filtering mode).
+pub fn differentiate(
+    findings: &[Finding],
+    pop: Population,
+    th: Thresholds,
+    top_ranked_io: bool,
+) -> Differentiation {
+    let affected = findings.len() as u64;
+    let direct = findings
+        .iter()
+        .filter(|f| f.onset_seconds < th.alpha_seconds)
+        .count() as u64;
+    let active = pop.active.max(direct);
+    let onsets: Vec<f64> = findings.iter().map(|f| f.onset_seconds).collect();
+    let (_, dispersion) = crate::stats::mean_std(&onsets);
+    let mut out = Differentiation {
+        verdict: Verdict::None,
+        decided_by: DecisionPath::NoAnomaly,
+        impact_factor: 0.0,
+        impact_factor_filtered: None,
+        dispersion_seconds: dispersion,
+        affected,
+        directly_affected: direct,
+        active,
+    };
+    if affected == 0 || active == 0 {
+        return out;
+    }
+    let tau = direct as f64 / active as f64;
+    out.impact_factor = tau;
+    if tau > th.external {
+        out.verdict = Verdict::External;
+        out.decided_by = DecisionPath::ImpactFactor;
+        return out;
+    }
+    if tau < th.internal {
+        out.verdict = Verdict::Internal;
+        out.decided_by = DecisionPath::ImpactFactor;
+        return out;
+    }
+    if top_ranked_io {
+        let direct_io = findings
+            .iter()
+            .filter(|f| f.io && f.onset_seconds < th.alpha_seconds)
+            .count() as u64;
+        let active_io = pop.active_io.max(direct_io);
+        if active_io > 0 {
+            let tau_f = direct_io as f64 / active_io as f64;
+            out.impact_factor_filtered = Some(tau_f);
+            if tau_f > th.external {
+                out.verdict = Verdict::External;
+                out.decided_by = DecisionPath::FilteringMode;
+                return out;
+            }
+        }
+    }
+    out.decided_by = DecisionPath::Dispersion;
+    out.verdict = if dispersion > th.beta_seconds {
+        Verdict::Internal
+    } else {
+        Verdict::External
+    };
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TH: Thresholds = Thresholds {
+        alpha_seconds: 0.5,
+        beta_seconds: 0.25,
+        external: 0.9,
+        internal: 0.8,
+    };
+
+    fn f(onset: f64, io: bool) -> Finding {
+        Finding {
+            onset_seconds: onset,
+            io,
+        }
+    }
+
+    #[test]
+    fn fig3_branches() {
+        let pop = |a| Population {
+            active: a,
+            active_io: a,
+        };
+        let all: Vec<_> = (0..10).map(|_| f(0.1, false)).collect();
+        let d = differentiate(&all, pop(10), TH, false);
+        assert_eq!(
+            (d.verdict, d.decided_by),
+            (Verdict::External, DecisionPath::ImpactFactor)
+        );
+        let d = differentiate(&all[..3], pop(10), TH, false);
+        assert_eq!(d.verdict, Verdict::Internal);
+        assert!((d.impact_factor - 0.3).abs() < 1e-12);
+        // borderline 0.85 with spread onsets → internal by Ω
+        let mut b: Vec<_> = (0..17).map(|i| f(0.02 * i as f64, false)).collect();
+        b.extend((0..3).map(|_| f(3.0, false)));
+        let d = differentiate(&b, pop(20), TH, false);
+        assert_eq!(
+            (d.verdict, d.decided_by),
+            (Verdict::Internal, DecisionPath::Dispersion)
+        );
+        // borderline, I/O top-ranked, all I/O-testable threads hit → filtering mode
+        let io: Vec<_> = (0..17).map(|_| f(0.1, true)).collect();
+        let d = differentiate(
+            &io,
+            Population {
+                active: 20,
+                active_io: 17,
+            },
+            TH,
+            true,
+        );
+        assert_eq!(
+            (d.verdict, d.decided_by),
+            (Verdict::External, DecisionPath::FilteringMode)
+        );
+        assert_eq!(d.impact_factor_filtered, Some(1.0));
+        let d = differentiate(&[], pop(5), TH, false);
+        assert_eq!(d.verdict, Verdict::None);
+    }
+}

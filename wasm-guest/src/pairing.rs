@@ -1,0 +1,162 @@
+//! Enter/exit pairing per thread, tolerant of lost, duplicated and reordered records.
+//!
+//! Each thread holds at most one pending entry (a thread is in at most one syscall at a
+//! time), so pairing state is one small `Option` per thread and never grows. Every
+//! irregularity is counted in [`EngineCounters`] instead of failing:
+//!
+//! * `lost_exits`: an entry is still pending when the thread's next entry arrives;
+//! * `lost_enters`: an exit arrives with nothing pending (its entry was lost);
+//! * `unmatched_exits`: an exit names a different syscall than the pending entry;
+//! * `duplicate_records`: the same record seen twice (same syscall, kind and time);
+//! * `out_of_order`: a record older than what the thread already reported.
+//!
+//! Generic exits (`syscall == UNKNOWN`, e.g. old LTTng `exit_syscall`) take the pending
+//! entry's syscall.
+
+use crate::event::{EventKind, SyscallEvent};
+use crate::report::EngineCounters;
+use crate::syscalls::SyscallId;
+
+/// The entry half a thread is waiting to close.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub syscall: SyscallId,
+    pub enter_ns: u64,
+}
+
+/// Per-thread pairing state: the pending entry and the last record, for duplicate and
+/// reorder detection.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Pairer {
+    pub pending: Option<Pending>,
+    last_kind: Option<EventKind>,
+    last_syscall: SyscallId,
+    last_ts: u64,
+}
+
+/// A finished call, ready for analysis.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Call {
+    pub syscall: SyscallId,
+    pub enter_ns: u64,
+    pub duration_ns: u64,
+}
+
+impl Pairer {
+    /// Feeds one record; returns the completed call, if this record finished one.
+    pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
+        if self.last_kind == Some(ev.kind)
+            && self.last_ts == ev.ts_ns
+            && (self.last_syscall == ev.syscall || ev.syscall == SyscallId::UNKNOWN)
+        {
+            c.duplicate_records += 1;
+            return None;
+        }
+        if ev.ts_ns < self.last_ts {
+            c.out_of_order += 1;
+        }
+        self.last_kind = Some(ev.kind);
+        self.last_syscall = ev.syscall;
+        self.last_ts = self.last_ts.max(ev.ts_ns);
+        match ev.kind {
+            EventKind::Complete => Some(Call {
+                syscall: ev.syscall,
+                enter_ns: ev.ts_ns,
+                duration_ns: ev.duration_ns,
+            }),
+            EventKind::Enter => {
+                if self.pending.is_some() {
+                    c.lost_exits += 1;
+                }
+                self.pending = Some(Pending {
+                    syscall: ev.syscall,
+                    enter_ns: ev.ts_ns,
+                });
+                None
+            }
+            EventKind::Exit => {
+                let Some(p) = self.pending.take() else {
+                    c.lost_enters += 1;
+                    return None;
+                };
+                if ev.syscall != SyscallId::UNKNOWN
+                    && p.syscall != SyscallId::UNKNOWN
+                    && ev.syscall != p.syscall
+                {
+                    c.unmatched_exits += 1;
+                    c.lost_exits += 1;
+                    return None;
+                }
+                if ev.ts_ns < p.enter_ns {
+                    // An exit before its own entry: the records crossed; drop the pair.
+                    return None;
+                }
+                let syscall = if p.syscall == SyscallId::UNKNOWN {
+                    ev.syscall
+                } else {
+                    p.syscall
+                };
+                Some(Call {
+                    syscall,
+                    enter_ns: p.enter_ns,
+                    duration_ns: ev.ts_ns - p.enter_ns,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const R: SyscallId = SyscallId(1);
+    const W: SyscallId = SyscallId(2);
+
+    #[test]
+    fn pairs_and_counts_irregularities() {
+        let mut p = Pairer::default();
+        let mut c = EngineCounters::default();
+        assert_eq!(p.feed(&SyscallEvent::enter(1, 1, R, 100), &mut c), None);
+        let call = p.feed(
+            &SyscallEvent::exit(1, 1, SyscallId::UNKNOWN, 150, None),
+            &mut c,
+        );
+        assert_eq!(
+            call,
+            Some(Call {
+                syscall: R,
+                enter_ns: 100,
+                duration_ns: 50
+            })
+        );
+        // duplicate exit
+        assert_eq!(
+            p.feed(
+                &SyscallEvent::exit(1, 1, SyscallId::UNKNOWN, 150, None),
+                &mut c
+            ),
+            None
+        );
+        assert_eq!(c.duplicate_records, 1);
+        // exit without entry
+        assert_eq!(
+            p.feed(&SyscallEvent::exit(1, 1, W, 200, None), &mut c),
+            None
+        );
+        assert_eq!(c.lost_enters, 1);
+        // entry whose exit is lost
+        p.feed(&SyscallEvent::enter(1, 1, R, 300), &mut c);
+        p.feed(&SyscallEvent::enter(1, 1, W, 400), &mut c);
+        assert_eq!(c.lost_exits, 1);
+        // mismatched exit
+        assert_eq!(
+            p.feed(&SyscallEvent::exit(1, 1, R, 450, None), &mut c),
+            None
+        );
+        assert_eq!(c.unmatched_exits, 1);
+        // out of order record
+        p.feed(&SyscallEvent::enter(1, 1, R, 50), &mut c);
+        assert_eq!(c.out_of_order, 1);
+    }
+}

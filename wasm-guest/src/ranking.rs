@@ -1,0 +1,136 @@
+//! Affected-syscall ranking (PerfCompass §3.5): per syscall type, the largest relative
+//! increase of execution time and of frequency seen in the first affected execution
+//! unit of each affected thread, as two ranked lists.
+//!
+//! Only increases above the outlier floor (`min_time_increase` / `min_frequency_increase`)
+//! are ranked, so a list may be shorter than `top_n` (the paper's "Frequency: None").
+//! The off-CPU gap channel is not a syscall and is reported separately
+//! (`Report::cpu_gap_increase_ratio`), but it votes for the CPU-scheduling subsystem.
+
+use crate::report::{RankedSyscall, Subsystem};
+use crate::syscalls::SyscallId;
+use crate::thread::{Increase, GAP_KEY};
+
+/// Accumulates the maxima over the affected threads' first affected units.
+#[derive(Debug, Default)]
+pub struct Ranking {
+    time: Vec<(u16, f32)>,
+    freq: Vec<(u16, f32)>,
+    /// Largest gap (off-CPU time between calls) increase.
+    pub gap: Option<f32>,
+}
+
+fn bump(list: &mut Vec<(u16, f32)>, key: u16, v: f32) {
+    match list.iter_mut().find(|(k, _)| *k == key) {
+        Some(e) => e.1 = e.1.max(v),
+        None => list.push((key, v)),
+    }
+}
+
+impl Ranking {
+    /// Adds one episode's increases, keeping those above the floors.
+    pub fn add(&mut self, incs: &[Increase], min_time: f32, min_freq: f32) {
+        for inc in incs.iter().filter(|i| i.time > 0.0 || i.freq > 0.0) {
+            if inc.key == GAP_KEY {
+                if inc.time >= min_time {
+                    self.gap = Some(self.gap.unwrap_or(0.0).max(inc.time));
+                }
+                continue;
+            }
+            if inc.time >= min_time {
+                bump(&mut self.time, inc.key, inc.time);
+            }
+            if inc.freq >= min_freq {
+                bump(&mut self.freq, inc.key, inc.freq);
+            }
+        }
+    }
+
+    fn ranked(list: &[(u16, f32)], top_n: usize) -> Vec<RankedSyscall> {
+        let mut v = list.to_vec();
+        v.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        v.into_iter()
+            .take(top_n)
+            .map(|(k, r)| {
+                let id = SyscallId(k);
+                RankedSyscall {
+                    syscall: id.name().to_string(),
+                    increase_ratio: r as f64,
+                    subsystem: id.subsystem(),
+                }
+            })
+            .collect()
+    }
+
+    /// Top `top_n` syscalls by execution-time increase.
+    pub fn by_time(&self, top_n: usize) -> Vec<RankedSyscall> {
+        Self::ranked(&self.time, top_n)
+    }
+
+    /// Top `top_n` syscalls by frequency increase.
+    pub fn by_frequency(&self, top_n: usize) -> Vec<RankedSyscall> {
+        Self::ranked(&self.freq, top_n)
+    }
+}
+
+/// The subsystem most of the affected threads' confirming channels point at.
+///
+/// Each affected thread votes with the channel that confirmed its outlier (the gap
+/// channel votes CPU scheduling); ties go to the subsystem of the top time-ranked call.
+pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Subsystem {
+    let mut counts: Vec<(Subsystem, u32)> = Vec::new();
+    for &k in votes {
+        let s = if k == GAP_KEY {
+            Subsystem::CpuScheduling
+        } else {
+            SyscallId(k).subsystem()
+        };
+        match counts.iter_mut().find(|(x, _)| *x == s) {
+            Some(e) => e.1 += 1,
+            None => counts.push((s, 1)),
+        }
+    }
+    let best = counts.iter().map(|c| c.1).max().unwrap_or(0);
+    if best == 0 {
+        return Subsystem::None;
+    }
+    let tied: Vec<Subsystem> = counts.iter().filter(|c| c.1 == best).map(|c| c.0).collect();
+    match (tied.as_slice(), top_time) {
+        ([one], _) => *one,
+        (many, Some(t)) if many.contains(&t.subsystem) => t.subsystem,
+        (many, _) => many.iter().min().copied().unwrap_or(Subsystem::Other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_maxima_above_floor_and_orders() {
+        let mut r = Ranking::default();
+        let inc = |key, time, freq| Increase { key, time, freq };
+        r.add(
+            &[inc(1, 2.0, 0.0), inc(2, 0.1, 5.0), inc(GAP_KEY, 9.0, 0.0)],
+            0.5,
+            1.0,
+        );
+        r.add(&[inc(1, 3.0, 0.0), inc(3, 1.0, 0.0)], 0.5, 1.0);
+        let t = r.by_time(5);
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].increase_ratio, 3.0);
+        assert_eq!(t[1].increase_ratio, 1.0);
+        assert_eq!(r.by_frequency(5).len(), 1);
+        assert_eq!(r.gap, Some(9.0));
+        assert_eq!(r.by_time(1).len(), 1);
+    }
+
+    #[test]
+    fn gap_votes_cpu() {
+        assert_eq!(
+            dominant_subsystem(&[GAP_KEY, GAP_KEY, 1], None),
+            Subsystem::CpuScheduling
+        );
+        assert_eq!(dominant_subsystem(&[], None), Subsystem::None);
+    }
+}

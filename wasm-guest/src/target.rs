@@ -1,0 +1,857 @@
+//! One monitored target (a service): its threads, pooled baselines, cadence and window.
+//!
+//! Hot path ([`Target::ingest`]): per event one thread lookup (cached across runs of
+//! the same tid), pairing, unit split, and at most three ring pushes and CUSUM updates
+//! (gap, execution time, inter-arrival). No allocation per event: vectors grow only when
+//! a new thread or a new syscall of a thread appears.
+//!
+//! Memory bound per target: `max_threads` × (`size_of::<Thread>` +
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` + 8·k bytes)) + the pooled baselines
+//! and activity ring (a few hundred KiB). With the defaults and 10,000 threads each using
+//! 24 syscalls that is ≈ 10,000 × (0.5 KiB + 24 × 0.2 KiB) ≈ 52 MiB worst case; a typical
+//! thread uses 5–10 syscalls (≈ 2 KiB). [`Target::bytes`] reports the actual capacities.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use crate::detector::{self, Baseline, Thresholds};
+use crate::diagnosis::{self, Finding, Population};
+use crate::event::SyscallEvent;
+use crate::pairing::Call;
+use crate::params::{seconds_to_ns, Params};
+use crate::ranking::{self, Ranking};
+use crate::report::{
+    AffectedThread, Calibration, DecisionPath, EngineCounters, OnsetDistribution, Report,
+    SyscallActivity, ThreadCounts, Trigger, Verdict, REPORT_SCHEMA_VERSION,
+};
+use crate::stats::quantile_sorted;
+use crate::syscalls::SyscallId;
+use crate::thread::{BinSet, Episode, Increase, Thread, EPISODE_TOP, GAP_KEY};
+
+/// Multiplicative hash for tids: tids are dense small integers, so a Fibonacci multiply
+/// spreads them well at a fraction of SipHash's cost.
+#[derive(Default, Clone, Copy)]
+pub struct TidHasher(u64);
+
+impl Hasher for TidHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type TidMap = HashMap<u32, u32, BuildHasherDefault<TidHasher>>;
+
+/// How the anomaly onset T0 of an evaluation is chosen.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Onset {
+    /// Continuous mode: the earliest confirmed outlier in the window.
+    Detect,
+    /// On demand / calibration: a known time (an external alarm, a known fault start).
+    At(u64),
+}
+
+/// Parameters converted once to the units the hot path uses.
+#[derive(Clone, Debug)]
+struct Derived {
+    k: usize,
+    gap_ns: u64,
+    alpha_ns: u64,
+    window_ns: u64,
+    cadence_ns: u64,
+    bin_ns: u64,
+    min_n: f32,
+    pool_min_n: f32,
+    min_epochs: u16,
+    refractory_ns: u64,
+    max_n: f32,
+    time_th: Thresholds,
+    freq_th: Thresholds,
+    max_chans: usize,
+}
+
+impl Derived {
+    fn new(p: &Params) -> Self {
+        let window_ns = seconds_to_ns(p.window_seconds).max(1);
+        Self {
+            k: p.moving_average_k,
+            gap_ns: seconds_to_ns(p.gap_threshold()),
+            alpha_ns: seconds_to_ns(p.alpha_seconds),
+            window_ns,
+            cadence_ns: seconds_to_ns(p.cadence_seconds).max(1),
+            bin_ns: (window_ns / BinSet::BINS).max(1),
+            min_n: p.min_baseline_samples as f32,
+            pool_min_n: 4.0 * p.min_baseline_samples as f32,
+            min_epochs: p.min_baseline_epochs.min(u16::MAX as u32) as u16,
+            refractory_ns: seconds_to_ns(p.confirm_window_seconds * 10.0)
+                .max(seconds_to_ns(p.alpha_seconds * 4.0)),
+            max_n: p.baseline_max_samples as f32,
+            time_th: Thresholds {
+                sigma: p.outlier_sigma as f32,
+                min_increase: p.min_time_increase as f32,
+                runs: p.confirm_runs,
+                window_ns: seconds_to_ns(p.confirm_window_seconds),
+                sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
+            },
+            freq_th: Thresholds {
+                sigma: p.outlier_sigma as f32,
+                min_increase: p.min_frequency_increase as f32,
+                runs: p.confirm_runs,
+                window_ns: seconds_to_ns(p.confirm_window_seconds),
+                sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
+            },
+            max_chans: p.max_syscalls_per_thread,
+        }
+    }
+}
+
+/// Pooled (per syscall, all threads) baselines: the fallback for threads without history.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pool {
+    dur: Baseline,
+    ia: Baseline,
+}
+
+/// Per-syscall activity of one cadence epoch.
+#[derive(Clone, Copy, Debug, Default)]
+struct Activity {
+    calls: u64,
+    total_ns: u64,
+}
+
+/// State of one target.
+#[derive(Debug)]
+pub struct Target {
+    pub name: String,
+    params: Params,
+    d: Derived,
+    threads: Vec<Thread>,
+    index: TidMap,
+    /// Pools indexed by syscall id + 1; index 0 is the gap channel.
+    pools: Vec<Pool>,
+    /// Activity ring: `epochs × stride` entries.
+    activity: Vec<Activity>,
+    activity_events: Vec<u64>,
+    stride: usize,
+    epoch_slot: usize,
+    first_ns: Option<u64>,
+    pub now_ns: u64,
+    next_tick_ns: Option<u64>,
+    /// Threads with an episode in the current epoch.
+    dirty_threads: u32,
+    last_slot: Option<(u32, usize)>,
+}
+
+impl Target {
+    pub fn new(name: &str, params: Params) -> Self {
+        let d = Derived::new(&params);
+        let epochs = (d.window_ns.div_ceil(d.cadence_ns) as usize).clamp(1, 4096);
+        let stride = SyscallId::count().max(1);
+        Self {
+            name: name.to_string(),
+            params,
+            d,
+            threads: Vec::new(),
+            index: TidMap::default(),
+            pools: Vec::new(),
+            activity: vec![Activity::default(); epochs * stride],
+            activity_events: vec![0; epochs],
+            stride,
+            epoch_slot: 0,
+            first_ns: None,
+            now_ns: 0,
+            next_tick_ns: None,
+            dirty_threads: 0,
+            last_slot: None,
+        }
+    }
+
+    pub fn params(&self) -> &Params {
+        &self.params
+    }
+
+    /// New parameters: if k changed, the rings are rebuilt (moving averages restart).
+    pub fn set_params(&mut self, params: Params) {
+        let k_changed = params.moving_average_k != self.params.moving_average_k;
+        let old_stride = self.stride;
+        let epochs_before = self.activity_events.len();
+        self.d = Derived::new(&params);
+        self.params = params;
+        if k_changed {
+            for t in &mut self.threads {
+                t.rings = vec![0.0; t.chans.len() * 2 * self.d.k];
+                let at = t.unit_start_ns;
+                t.start_unit(at);
+            }
+        }
+        let epochs = (self.d.window_ns.div_ceil(self.d.cadence_ns) as usize).clamp(1, 4096);
+        if epochs != epochs_before || old_stride != self.stride {
+            self.activity = vec![Activity::default(); epochs * self.stride];
+            self.activity_events = vec![0; epochs];
+            self.epoch_slot = 0;
+        }
+    }
+
+    /// Feeds one batch; returns the cadence reports that became due.
+    pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
+        let mut due = Vec::new();
+        for ev in events {
+            if self.first_ns.is_none() {
+                self.first_ns = Some(ev.ts_ns);
+                self.next_tick_ns = Some(ev.ts_ns.saturating_add(self.d.cadence_ns));
+            }
+            // Cadence in event time: ticks strictly before this event are evaluated first.
+            while let Some(mut tick) = self.next_tick_ns {
+                if ev.ts_ns < tick {
+                    break;
+                }
+                // After a long silence, report at most one window's worth of ticks:
+                // older ticks would describe windows with no data at all.
+                let keep = self.activity_events.len() as u64 + 1;
+                let missed = (ev.ts_ns - tick) / self.d.cadence_ns;
+                if missed > keep {
+                    tick = tick.saturating_add((missed - keep) * self.d.cadence_ns);
+                }
+                self.now_ns = self.now_ns.max(tick);
+                due.push(self.tick(tick, c));
+                let next = tick.saturating_add(self.d.cadence_ns);
+                // At the end of the clock's range there is no next tick.
+                self.next_tick_ns = (next > tick).then_some(next);
+            }
+            self.now_ns = self.now_ns.max(ev.ts_ns);
+            self.ingest_one(ev, c);
+        }
+        due
+    }
+
+    fn slot_of(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
+        if let Some((t, s)) = self.last_slot {
+            if t == tid {
+                return s;
+            }
+        }
+        let slot = match self.index.get(&tid) {
+            Some(&s) => s as usize,
+            None => {
+                let s = if self.threads.len() < self.params.max_threads {
+                    self.threads.push(Thread::new(tid, ts));
+                    self.threads.len() - 1
+                } else {
+                    // Evict the least recently seen thread (counted).
+                    let victim = self
+                        .threads
+                        .iter()
+                        .enumerate()
+                        .min_by_key(|(_, t)| t.last_seen_ns)
+                        .map(|(i, _)| i)
+                        .unwrap_or(0);
+                    c.evicted_threads += 1;
+                    if let Some(old) = self.threads.get(victim) {
+                        self.index.remove(&old.tid);
+                    }
+                    if let Some(t) = self.threads.get_mut(victim) {
+                        *t = Thread::new(tid, ts);
+                    }
+                    victim
+                };
+                self.index.insert(tid, s as u32);
+                s
+            }
+        };
+        self.last_slot = Some((tid, slot));
+        slot
+    }
+
+    fn ingest_one(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) {
+        let slot = self.slot_of(ev.tid, ev.ts_ns, c);
+        let Some(th) = self.threads.get_mut(slot) else {
+            return;
+        };
+        th.last_seen_ns = th.last_seen_ns.max(ev.ts_ns);
+        let Some(call) = th.pairer.feed(ev, c) else {
+            return;
+        };
+        c.calls += 1;
+        let a = self.epoch_slot * self.stride + (call.syscall.0 as usize).min(self.stride - 1);
+        if let Some(act) = self.activity.get_mut(a) {
+            act.calls += 1;
+            act.total_ns = act.total_ns.saturating_add(call.duration_ns);
+        }
+        if let Some(e) = self.activity_events.get_mut(self.epoch_slot) {
+            *e += 1;
+        }
+        let bin = call.enter_ns / self.d.bin_ns;
+        if let Some(th) = self.threads.get_mut(slot) {
+            th.calls.add(bin);
+        }
+        self.analyse_call(slot, call, c);
+    }
+
+    /// Execution units, moving averages, baselines and the CUSUM test for one call.
+    fn analyse_call(&mut self, slot: usize, call: Call, c: &mut EngineCounters) {
+        let d = &self.d;
+        let bin = call.enter_ns / d.bin_ns;
+        let Some(th) = self.threads.get_mut(slot) else {
+            return;
+        };
+        let mut confirmed: Option<(u64, u16, bool)> = None;
+        // 1. Execution units: split on a gap larger than the threshold.
+        let mut gap = None;
+        if th.last_exit_ns == 0 {
+            th.start_unit(call.enter_ns);
+        } else if call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
+            th.start_unit(call.enter_ns);
+        } else if call.enter_ns >= th.last_exit_ns {
+            gap = Some(call.enter_ns - th.last_exit_ns);
+        }
+        th.last_exit_ns = th
+            .last_exit_ns
+            .max(call.enter_ns.saturating_add(call.duration_ns));
+        let k = d.k;
+        // 2. The gap channel (off-CPU / user time between calls).
+        if let Some(g) = gap {
+            if let Some(ci) = th.chan_index(GAP_KEY, k, d.max_chans) {
+                let r = feed(
+                    th,
+                    &mut self.pools,
+                    ci,
+                    false,
+                    g as f32,
+                    call.enter_ns,
+                    bin,
+                    d,
+                );
+                if let Some(run) = r {
+                    confirmed.get_or_insert((run, GAP_KEY, false));
+                }
+            }
+        }
+        // 3. The syscall's execution time and frequency channels.
+        let key = call.syscall.0;
+        match th.chan_index(key, k, d.max_chans) {
+            Some(ci) => {
+                let ia = th.chans.get(ci).and_then(|ch| {
+                    (ch.last_enter_ns != 0 && call.enter_ns >= ch.last_enter_ns)
+                        .then(|| call.enter_ns - ch.last_enter_ns)
+                });
+                if let Some(ch) = th.chans.get_mut(ci) {
+                    ch.last_enter_ns = call.enter_ns.max(1);
+                }
+                if let Some(run) = feed(
+                    th,
+                    &mut self.pools,
+                    ci,
+                    false,
+                    call.duration_ns as f32,
+                    call.enter_ns,
+                    bin,
+                    d,
+                ) {
+                    confirmed.get_or_insert((run, key, false));
+                }
+                if let Some(x) = ia {
+                    if let Some(run) = feed(
+                        th,
+                        &mut self.pools,
+                        ci,
+                        true,
+                        -(x as f32),
+                        call.enter_ns,
+                        bin,
+                        d,
+                    ) {
+                        confirmed.get_or_insert((run, key, true));
+                    }
+                }
+            }
+            None => c.untracked_calls += 1,
+        }
+        if let Some((run, key, frequency)) = confirmed {
+            let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
+                || th.last_episode_ns == 0;
+            if !th.unit_has_episode || refractory_over {
+                th.unit_has_episode = true;
+                th.last_episode_ns = run.max(1);
+                if !th.dirty {
+                    th.dirty = true;
+                    self.dirty_threads += 1;
+                }
+                let top = snapshot(th, &self.pools, d);
+                th.push_episode(Episode {
+                    alarm_ns: run,
+                    unit_start_ns: th.unit_start_ns,
+                    key,
+                    frequency,
+                    top,
+                });
+            }
+        }
+    }
+
+    /// A cadence tick at `tick_ns`: rotate the baseline epochs, then report.
+    fn tick(&mut self, tick_ns: u64, c: &EngineCounters) -> Report {
+        let report = self.evaluate(
+            tick_ns.saturating_sub(self.d.window_ns),
+            tick_ns,
+            Onset::Detect,
+            Trigger::Cadence,
+            c,
+        );
+        self.rotate_epoch();
+        report
+    }
+
+    fn rotate_epoch(&mut self) {
+        // One thread's outlier only taints its own baselines; two or more threads in
+        // the same epoch mean the target may be anomalous: nobody learns from it.
+        let target_clean = (self.dirty_threads as usize) < 2;
+        let max_n = self.d.max_n;
+        for t in &mut self.threads {
+            let clean = target_clean && !t.dirty;
+            for ch in &mut t.chans {
+                ch.dur.baseline.rotate(clean, max_n);
+                ch.ia.baseline.rotate(clean, max_n);
+            }
+            t.dirty = false;
+        }
+        let clean = target_clean;
+        self.dirty_threads = 0;
+        for p in &mut self.pools {
+            p.dur.rotate(clean, max_n * 16.0);
+            p.ia.rotate(clean, max_n * 16.0);
+        }
+        let epochs = self.activity_events.len().max(1);
+        self.epoch_slot = (self.epoch_slot + 1) % epochs;
+        let s = self.epoch_slot * self.stride;
+        if let Some(row) = self.activity.get_mut(s..s + self.stride) {
+            row.fill(Activity::default());
+        }
+        if let Some(e) = self.activity_events.get_mut(self.epoch_slot) {
+            *e = 0;
+        }
+    }
+
+    /// Diagnoses the window `[from, to]` (PerfCompass Fig. 3) and builds a full report.
+    pub fn evaluate(
+        &self,
+        from: u64,
+        to: u64,
+        onset: Onset,
+        trigger: Trigger,
+        c: &EngineCounters,
+    ) -> Report {
+        let d = &self.d;
+        let first = |t: &Thread, lo: u64| {
+            let real = t.first_episode(lo, to);
+            let stuck = self.inflight_episode(t, to).filter(|e| e.alarm_ns >= lo);
+            match (real, stuck) {
+                (Some(a), Some(b)) => Some(if b.alarm_ns < a.alarm_ns { b } else { a }),
+                (a, b) => a.or(b),
+            }
+        };
+        // The target-level onset. Continuous mode: the first confirmed outlier
+        // corroborated by `min_affected_threads` threads within α (an isolated thread's
+        // alarm is not an anomaly of the target). On demand: the alarm time itself, as
+        // in the paper (σ then measures how soon after the alarm each thread showed it).
+        let lo = match onset {
+            Onset::At(t) => t,
+            Onset::Detect => from,
+        };
+        let mut alarms: Vec<u64> = self
+            .threads
+            .iter()
+            .filter_map(|t| first(t, lo))
+            .map(|e| e.alarm_ns)
+            .collect();
+        alarms.sort_unstable();
+        let need = self.params.min_affected_threads.max(1);
+        let cluster = alarms
+            .windows(need)
+            .find(|w| match (w.first(), w.last()) {
+                (Some(a), Some(b)) => b - a <= d.alpha_ns,
+                _ => false,
+            })
+            .and_then(|w| w.first().copied());
+        let t0 = match onset {
+            Onset::At(t) => Some(t),
+            Onset::Detect => cluster,
+        };
+        let mut findings = Vec::new();
+        let mut onsets = Vec::new();
+        let mut votes = Vec::new();
+        let mut listed: Vec<AffectedThread> = Vec::new();
+        let mut rank = Ranking::default();
+        let (mut active, mut active_io) = (0u64, 0u64);
+        if let Some(t0) = t0 {
+            let (lo, hi) = (t0 / d.bin_ns, t0.saturating_add(d.alpha_ns) / d.bin_ns);
+            for t in &self.threads {
+                let busy = t.calls.sum(lo, hi) >= self.params.min_active_calls as u64;
+                if busy && t.tested.any(lo, hi) {
+                    active += 1;
+                    if t.tested_io.any(lo, hi) {
+                        active_io += 1;
+                    }
+                }
+                if let Some(e) = first(t, t0) {
+                    let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
+                    let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
+                    findings.push(Finding {
+                        onset_seconds: sigma,
+                        io,
+                    });
+                    onsets.push(sigma);
+                    votes.push(e.key);
+                    listed.push(AffectedThread {
+                        tid: t.tid,
+                        onset_seconds: sigma,
+                        syscall: if e.key == GAP_KEY {
+                            "cpu_gap".to_string()
+                        } else {
+                            SyscallId(e.key).name().to_string()
+                        },
+                        channel: if e.frequency { "frequency" } else { "time" }.to_string(),
+                    });
+                    rank.add(
+                        &e.top,
+                        self.params.min_time_increase as f32,
+                        self.params.min_frequency_increase as f32,
+                    );
+                }
+            }
+        }
+        let anomalous = findings.len() >= self.params.min_affected_threads;
+        let top_time = rank.by_time(self.params.top_n);
+        let top_freq = rank.by_frequency(self.params.top_n);
+        let top_io = top_time
+            .first()
+            .or(top_freq.first())
+            .is_some_and(|r| r.subsystem.is_io());
+        let th = diagnosis::Thresholds {
+            alpha_seconds: self.params.alpha_seconds,
+            beta_seconds: self.params.beta_seconds,
+            external: self.params.external_threshold,
+            internal: self.params.internal_threshold,
+        };
+        let pop = Population { active, active_io };
+        let diff = if anomalous {
+            diagnosis::differentiate(&findings, pop, th, top_io)
+        } else {
+            diagnosis::differentiate(&[], pop, th, false)
+        };
+        let subsystem = if diff.verdict == Verdict::None {
+            crate::report::Subsystem::None
+        } else {
+            ranking::dominant_subsystem(&votes, top_time.first())
+        };
+        onsets.sort_by(|a, b| a.total_cmp(b));
+        let onset_dist = if anomalous && !onsets.is_empty() {
+            OnsetDistribution {
+                count: onsets.len() as u64,
+                min: quantile_sorted(&onsets, 0.0),
+                p50: quantile_sorted(&onsets, 0.5),
+                p90: quantile_sorted(&onsets, 0.9),
+                max: quantile_sorted(&onsets, 1.0),
+                mean: onsets.iter().sum::<f64>() / onsets.len() as f64,
+            }
+        } else {
+            OnsetDistribution::default()
+        };
+        let (syscalls, events) = self.activity_summary(from, to);
+        let hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
+        Report {
+            schema_version: REPORT_SCHEMA_VERSION,
+            target: self.name.clone(),
+            trigger,
+            window_start_ns: from,
+            window_end_ns: to,
+            anomaly_onset_ns: if diff.verdict == Verdict::None {
+                None
+            } else {
+                t0
+            },
+            verdict: diff.verdict,
+            decided_by: if anomalous {
+                diff.decided_by
+            } else {
+                DecisionPath::NoAnomaly
+            },
+            impact_factor: diff.impact_factor,
+            impact_factor_filtered: diff.impact_factor_filtered,
+            onset_dispersion_seconds: if anomalous {
+                diff.dispersion_seconds
+            } else {
+                0.0
+            },
+            threads: ThreadCounts {
+                total: self.threads_seen(from, to),
+                affected: if anomalous { diff.affected } else { 0 },
+                directly_affected: if anomalous { diff.directly_affected } else { 0 },
+            },
+            onset_times_seconds: onset_dist,
+            top_syscalls_by_time: if anomalous { top_time } else { Vec::new() },
+            top_syscalls_by_frequency: if anomalous { top_freq } else { Vec::new() },
+            subsystem,
+            hint,
+            syscalls,
+            events_analyzed: events,
+            counters: *c,
+            parameters: self.params.clone(),
+            active_threads: diff.active,
+            affected_threads: if anomalous {
+                listed.sort_by(|a, b| a.onset_seconds.total_cmp(&b.onset_seconds));
+                listed.truncate(32);
+                listed
+            } else {
+                Vec::new()
+            },
+            cpu_gap_increase_ratio: if anomalous {
+                rank.gap.map(|g| g as f64)
+            } else {
+                None
+            },
+        }
+    }
+
+    /// A call still in flight at `to` that has already lasted far beyond its baseline:
+    /// a thread blocked on a lock (or a stalled disk) makes no more calls, so only its
+    /// open call can show the impact. It counts as an outlier from the moment its
+    /// elapsed time crossed max(8×, Θ·σ·√k above) the baseline geometric mean, and at
+    /// least α after its entry.
+    fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
+        let p = t.pairer.pending?;
+        let d = &self.d;
+        let ch = t.chans.iter().find(|c| c.key == p.syscall.0)?;
+        let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
+        let k = d.k as f32;
+        // The moving average containing this call exceeds the baseline whatever the
+        // other k − 1 calls are once the call alone passes k × the threshold.
+        let per_ma =
+            r.hi.max(r.mean + d.time_th.sigma * r.sd)
+                .max(r.mean * (1.0 + d.time_th.min_increase));
+        let limit_ns = ((k * per_ma) as u64).max(d.alpha_ns);
+        let crossed = p.enter_ns.saturating_add(limit_ns);
+        if crossed > to {
+            return None;
+        }
+        let elapsed = to - p.enter_ns;
+        let mut top = [Increase::default(); EPISODE_TOP];
+        top[0] = Increase {
+            key: p.syscall.0,
+            time: detector::increase(elapsed as f32, r.mean).max(0.0),
+            freq: 0.0,
+        };
+        Some(Episode {
+            alarm_ns: crossed,
+            unit_start_ns: t.unit_start_ns,
+            key: p.syscall.0,
+            frequency: false,
+            top,
+        })
+    }
+
+    fn threads_seen(&self, from: u64, to: u64) -> u64 {
+        self.threads
+            .iter()
+            .filter(|t| t.last_seen_ns >= from && t.last_seen_ns <= to.max(from))
+            .count() as u64
+            + self.threads.iter().filter(|t| t.last_seen_ns > to).count() as u64
+    }
+
+    /// Busiest syscalls over the epochs kept (≈ the window), and the calls counted.
+    fn activity_summary(&self, from: u64, to: u64) -> (Vec<SyscallActivity>, u64) {
+        let mut per: Vec<(usize, Activity)> = Vec::new();
+        for (i, a) in self.activity.iter().enumerate() {
+            if a.calls == 0 {
+                continue;
+            }
+            let id = i % self.stride;
+            match per.iter_mut().find(|(k, _)| *k == id) {
+                Some(e) => {
+                    e.1.calls += a.calls;
+                    e.1.total_ns = e.1.total_ns.saturating_add(a.total_ns);
+                }
+                None => per.push((id, *a)),
+            }
+        }
+        per.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
+        let kept = self.activity_events.len() as u64 * self.d.cadence_ns;
+        let span = kept.min(to.saturating_sub(from)).max(1) as f64 / 1e9;
+        let list = per
+            .into_iter()
+            .take(self.params.top_n)
+            .map(|(id, a)| SyscallActivity {
+                syscall: SyscallId(id as u16).name().to_string(),
+                calls: a.calls,
+                calls_per_second: a.calls as f64 / span,
+                mean_latency_seconds: a.total_ns as f64 / a.calls.max(1) as f64 / 1e9,
+            })
+            .collect();
+        (list, self.activity_events.iter().sum())
+    }
+
+    /// End of stream: the final report over the last window.
+    pub fn finish(&self, c: &EngineCounters) -> Report {
+        let to = self.now_ns;
+        self.evaluate(
+            to.saturating_sub(self.d.window_ns),
+            to,
+            Onset::Detect,
+            Trigger::EndOfStream,
+            c,
+        )
+    }
+
+    /// On-demand diagnosis: an external alarm at `at_ns`.
+    pub fn trigger(&self, at_ns: u64, c: &EngineCounters) -> Report {
+        let to = self
+            .now_ns
+            .min(at_ns.saturating_add(self.d.window_ns))
+            .max(at_ns);
+        self.evaluate(
+            at_ns.saturating_sub(self.d.window_ns),
+            to,
+            Onset::At(at_ns),
+            Trigger::OnDemand,
+            c,
+        )
+    }
+
+    /// α and β from a run under a known external fault (PerfCompass §3.6).
+    pub fn calibrate(
+        &self,
+        fault_start_ns: Option<u64>,
+        c: &EngineCounters,
+    ) -> Option<Calibration> {
+        let to = self.now_ns;
+        let from = fault_start_ns.unwrap_or(to.saturating_sub(self.d.window_ns));
+        let onset = fault_start_ns.map_or(Onset::Detect, Onset::At);
+        let r = self.evaluate(from, to, onset, Trigger::EndOfStream, c);
+        if r.onset_times_seconds.count == 0 {
+            return None;
+        }
+        Some(Calibration {
+            target: self.name.clone(),
+            alpha_seconds: r.onset_times_seconds.max,
+            beta_seconds: r.onset_dispersion_seconds,
+            affected_threads: r.threads.affected,
+            window_start_ns: r.window_start_ns,
+            window_end_ns: r.window_end_ns,
+        })
+    }
+
+    /// Bytes held by this target's state.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.name.capacity()
+            + self.threads.iter().map(Thread::bytes).sum::<usize>()
+            + (self.threads.capacity() - self.threads.len()) * std::mem::size_of::<Thread>()
+            + self.index.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
+            + self.pools.capacity() * std::mem::size_of::<Pool>()
+            + self.activity.capacity() * std::mem::size_of::<Activity>()
+            + self.activity_events.capacity() * 8
+    }
+
+    /// Number of threads tracked.
+    pub fn thread_count(&self) -> usize {
+        self.threads.len()
+    }
+}
+
+/// Pool index of a channel key.
+fn pool_index(key: u16) -> usize {
+    if key == GAP_KEY {
+        0
+    } else {
+        key as usize + 1
+    }
+}
+
+/// Pushes one value into channel `ci`'s series, learns, tests; returns the run start of
+/// a confirmed outlier.
+#[allow(clippy::too_many_arguments)]
+fn feed(
+    th: &mut Thread,
+    pools: &mut Vec<Pool>,
+    ci: usize,
+    frequency: bool,
+    x: f32,
+    ts: u64,
+    bin: u64,
+    d: &Derived,
+) -> Option<u64> {
+    let k = d.k;
+    let base = ci * 2 * k + if frequency { k } else { 0 };
+    let ring = th.rings.get_mut(base..base + k)?;
+    let ch = th.chans.get_mut(ci)?;
+    let key = ch.key;
+    let series = if frequency { &mut ch.ia } else { &mut ch.dur };
+    let ma = series.push(ring, x)?;
+    let pi = pool_index(key);
+    if pools.len() <= pi {
+        pools.resize(pi + 1, Pool::default());
+    }
+    let pool = pools.get_mut(pi)?;
+    let pool_b = if frequency {
+        &mut pool.ia
+    } else {
+        &mut pool.dur
+    };
+    let own = series.baseline.usable(d.min_n, d.min_epochs);
+    let reference = own.or_else(|| pool_b.usable(d.pool_min_n, d.min_epochs));
+    series.baseline.learn(ma, d.min_n);
+    pool_b.learn(ma, d.pool_min_n);
+    let r = reference?;
+    th.tested.mark(bin);
+    if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
+        th.tested_io.mark(bin);
+    }
+    let thr = if frequency { &d.freq_th } else { &d.time_th };
+    let outlier = detector::is_outlier(ma, &r, thr);
+    series.confirm.step(outlier, ts, thr)
+}
+
+/// The thread's per-syscall increases right now, for the ranking (largest first).
+fn snapshot(th: &Thread, pools: &[Pool], d: &Derived) -> [Increase; EPISODE_TOP] {
+    let mut out = [Increase::default(); EPISODE_TOP];
+    let mut n = 0usize;
+    let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
+    for ch in &th.chans {
+        let pool = pools.get(pool_index(ch.key));
+        let rel = |s: &crate::thread::Series, pb: Option<&Baseline>| -> f32 {
+            let Some(ma) = s.current(d.k) else {
+                return 0.0;
+            };
+            let Some(r) = s
+                .baseline
+                .usable(d.min_n, d.min_epochs)
+                .or_else(|| pb.and_then(|b| b.usable(d.pool_min_n, d.min_epochs)))
+            else {
+                return 0.0;
+            };
+            detector::increase(ma, r.mean).max(0.0)
+        };
+        let inc = Increase {
+            key: ch.key,
+            time: rel(&ch.dur, pool.map(|p| &p.dur)),
+            freq: rel(&ch.ia, pool.map(|p| &p.ia)),
+        };
+        if inc.time > 0.0 || inc.freq > 0.0 {
+            all.push(inc);
+        }
+    }
+    all.sort_by(|a, b| b.time.max(b.freq).total_cmp(&a.time.max(a.freq)));
+    for inc in all.into_iter().take(EPISODE_TOP) {
+        if let Some(o) = out.get_mut(n) {
+            *o = inc;
+            n += 1;
+        }
+    }
+    out
+}

@@ -1,0 +1,401 @@
+//! Per-thread analysis state: pairing, execution units, per-syscall series and the
+//! bounded record of confirmed outliers ("episodes").
+//!
+//! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
+//! k-rings of `f32`, two [`Baseline`]s, two CUSUMs) plus a fixed episode ring and two
+//! 256-bin activity bitmaps; see [`Thread::bytes`].
+
+use crate::detector::{Baseline, Confirm};
+use crate::pairing::Pairer;
+
+/// Channel key of the off-CPU/user-time gap between a thread's consecutive calls.
+///
+/// Not a syscall: under a CPU cap or a noisy neighbour the calls themselves barely
+/// change on a modern kernel; the *time between* them grows (the thread is throttled or
+/// preempted while in user space). Measured per execution unit like a syscall type.
+pub const GAP_KEY: u16 = u16::MAX;
+
+/// Episodes remembered per thread (most recent kept).
+pub const EPISODES_PER_THREAD: usize = 8;
+/// Syscalls remembered per episode for the ranking.
+pub const EPISODE_TOP: usize = 6;
+
+/// A k-moving average over a ring stored in the thread's ring slab.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Series {
+    pub len: u8,
+    pub pos: u8,
+    pub sum: f32,
+    pub baseline: Baseline,
+    pub confirm: Confirm,
+}
+
+impl Series {
+    /// Pushes `x` into `ring` (length k) and returns the moving average once full.
+    pub fn push(&mut self, ring: &mut [f32], x: f32) -> Option<f32> {
+        let k = ring.len();
+        if k == 0 {
+            return None;
+        }
+        let pos = (self.pos as usize) % k;
+        if (self.len as usize) < k {
+            self.len += 1;
+        } else if let Some(old) = ring.get(pos) {
+            self.sum -= *old;
+        }
+        if let Some(slot) = ring.get_mut(pos) {
+            *slot = x;
+        }
+        self.sum += x;
+        self.pos = ((pos + 1) % k) as u8;
+        if (self.len as usize) >= k {
+            // Recompute exactly every wrap to stop f32 drift.
+            if self.pos == 0 {
+                self.sum = ring.iter().sum();
+            }
+            Some(self.sum / k as f32)
+        } else {
+            None
+        }
+    }
+
+    /// Starts a new execution unit: the moving average restarts, the baseline stays.
+    pub fn reset_unit(&mut self) {
+        self.len = 0;
+        self.pos = 0;
+        self.sum = 0.0;
+        self.confirm.reset();
+    }
+
+    /// The current moving average, when the ring is full.
+    pub fn current(&self, k: usize) -> Option<f32> {
+        (k > 0 && self.len as usize >= k).then(|| self.sum / k as f32)
+    }
+}
+
+/// One syscall type (or the gap) of one thread.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Chan {
+    pub key: u16,
+    /// Execution time (or gap length for [`GAP_KEY`]).
+    pub dur: Series,
+    /// Inter-arrival time of this syscall within the unit: the frequency channel.
+    pub ia: Series,
+    /// Entry time of the previous call of this syscall in the current unit (0 = none).
+    pub last_enter_ns: u64,
+}
+
+/// One syscall's increase when an episode was confirmed (for the ranking).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Increase {
+    pub key: u16,
+    /// Relative execution-time increase of the moving average over the baseline mean.
+    pub time: f32,
+    /// Relative frequency increase.
+    pub freq: f32,
+}
+
+/// A confirmed outlier of a thread: the first in its execution unit.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Episode {
+    /// When the shift began (start of the CUSUM run).
+    pub alarm_ns: u64,
+    /// Start of the execution unit it happened in.
+    pub unit_start_ns: u64,
+    /// The channel that confirmed first.
+    pub key: u16,
+    /// Confirmed on the frequency channel (rather than execution time).
+    pub frequency: bool,
+    pub top: [Increase; EPISODE_TOP],
+}
+
+/// A 256-bin bitmap of "this thread was tested during bin b": tells which threads were
+/// testable (active) right after the onset, in constant memory.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct BinSet {
+    base: u64,
+    bits: [u64; 4],
+}
+
+impl BinSet {
+    pub const BINS: u64 = 256;
+
+    pub fn mark(&mut self, bin: u64) {
+        if self.bits == [0; 4] || bin < self.base {
+            if bin < self.base && self.bits != [0; 4] {
+                // Older than what we keep in front: only accept if within range.
+                if self.base - bin >= Self::BINS {
+                    return;
+                }
+                let shift = self.base - bin;
+                self.shift_up(shift);
+                self.base = bin;
+            } else if self.bits == [0; 4] {
+                self.base = bin;
+            }
+        }
+        let mut off = bin - self.base;
+        if off >= Self::BINS {
+            let drop = off - Self::BINS + 1;
+            self.shift_down(drop);
+            self.base += drop;
+            off = bin - self.base;
+        }
+        let (w, b) = ((off / 64) as usize, off % 64);
+        if let Some(word) = self.bits.get_mut(w) {
+            *word |= 1 << b;
+        }
+    }
+
+    /// Any bin in `[lo, hi]` marked.
+    pub fn any(&self, lo: u64, hi: u64) -> bool {
+        let lo = lo.max(self.base);
+        let hi = hi.min(self.base + Self::BINS - 1);
+        (lo..=hi).any(|b| {
+            let off = b - self.base;
+            self.bits
+                .get((off / 64) as usize)
+                .is_some_and(|w| w & (1 << (off % 64)) != 0)
+        })
+    }
+
+    fn shift_down(&mut self, n: u64) {
+        // drop the n oldest bins
+        if n >= Self::BINS {
+            self.bits = [0; 4];
+            return;
+        }
+        let words = (n / 64) as usize;
+        let bits = n % 64;
+        let mut out = [0u64; 4];
+        for (i, o) in out.iter_mut().enumerate() {
+            let src = i + words;
+            let lo = self.bits.get(src).copied().unwrap_or(0);
+            let hi = self.bits.get(src + 1).copied().unwrap_or(0);
+            *o = if bits == 0 {
+                lo
+            } else {
+                (lo >> bits) | (hi << (64 - bits))
+            };
+        }
+        self.bits = out;
+    }
+
+    fn shift_up(&mut self, n: u64) {
+        if n >= Self::BINS {
+            self.bits = [0; 4];
+            return;
+        }
+        let words = (n / 64) as usize;
+        let bits = n % 64;
+        let mut out = [0u64; 4];
+        for (i, o) in out.iter_mut().enumerate() {
+            if i < words {
+                continue;
+            }
+            let src = i - words;
+            let lo = self.bits.get(src).copied().unwrap_or(0);
+            let below = if src >= 1 {
+                self.bits.get(src - 1).copied().unwrap_or(0)
+            } else {
+                0
+            };
+            *o = if bits == 0 {
+                lo
+            } else {
+                (lo << bits) | (below >> (64 - bits))
+            };
+        }
+        self.bits = out;
+    }
+}
+
+/// Calls per bin over the last 256 bins: how busy a thread was right after the onset
+/// (τ's "active" threads), in constant memory.
+#[derive(Clone, Copy, Debug)]
+pub struct CallBins {
+    latest: u64,
+    counts: [u16; 256],
+}
+
+impl Default for CallBins {
+    fn default() -> Self {
+        Self {
+            latest: 0,
+            counts: [0; 256],
+        }
+    }
+}
+
+impl CallBins {
+    const N: u64 = 256;
+
+    pub fn add(&mut self, bin: u64) {
+        if bin > self.latest {
+            let clear = (bin - self.latest).min(Self::N);
+            for i in 0..clear {
+                let b = bin - i;
+                if let Some(c) = self.counts.get_mut((b % Self::N) as usize) {
+                    *c = 0;
+                }
+            }
+            self.latest = bin;
+        } else if self.latest - bin >= Self::N {
+            return;
+        }
+        if let Some(c) = self.counts.get_mut((bin % Self::N) as usize) {
+            *c = c.saturating_add(1);
+        }
+    }
+
+    /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
+    pub fn sum(&self, lo: u64, hi: u64) -> u64 {
+        let hi = hi.min(self.latest);
+        let lo = lo.max(self.latest.saturating_sub(Self::N - 1));
+        if lo > hi {
+            return 0;
+        }
+        (lo..=hi)
+            .map(|b| {
+                self.counts
+                    .get((b % Self::N) as usize)
+                    .copied()
+                    .unwrap_or(0) as u64
+            })
+            .sum()
+    }
+}
+
+/// Everything the engine keeps about one thread.
+#[derive(Clone, Debug, Default)]
+pub struct Thread {
+    pub tid: u32,
+    pub last_seen_ns: u64,
+    pub pairer: Pairer,
+    pub unit_start_ns: u64,
+    /// Exit time of the previous call (0 = no call yet).
+    pub last_exit_ns: u64,
+    /// An episode was already recorded in the current unit (only the first counts).
+    pub unit_has_episode: bool,
+    /// When the last episode was recorded (for the refractory period).
+    pub last_episode_ns: u64,
+    /// The thread had an episode in the current epoch: its own baselines skip this epoch.
+    pub dirty: bool,
+    pub chans: Vec<Chan>,
+    /// Ring slab: channel i owns `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
+    pub rings: Vec<f32>,
+    pub episodes: [Option<Episode>; EPISODES_PER_THREAD],
+    pub episode_pos: u8,
+    /// Bins in which any channel was tested.
+    pub tested: BinSet,
+    /// Calls per bin.
+    pub calls: CallBins,
+    /// Bins in which a disk/network I/O channel was tested (filtering mode).
+    pub tested_io: BinSet,
+}
+
+impl Thread {
+    pub fn new(tid: u32, now_ns: u64) -> Self {
+        Self {
+            tid,
+            last_seen_ns: now_ns,
+            ..Self::default()
+        }
+    }
+
+    /// Index of `key`'s channel, creating it while under `cap`.
+    pub fn chan_index(&mut self, key: u16, k: usize, cap: usize) -> Option<usize> {
+        if let Some(i) = self.chans.iter().position(|c| c.key == key) {
+            return Some(i);
+        }
+        if self.chans.len() >= cap {
+            return None;
+        }
+        self.chans.push(Chan {
+            key,
+            ..Chan::default()
+        });
+        self.rings.resize(self.chans.len() * 2 * k, 0.0);
+        Some(self.chans.len() - 1)
+    }
+
+    /// A new execution unit starts at `ts`: moving averages restart, baselines stay.
+    pub fn start_unit(&mut self, ts: u64) {
+        self.unit_start_ns = ts;
+        self.unit_has_episode = false;
+        for c in &mut self.chans {
+            c.dur.reset_unit();
+            c.ia.reset_unit();
+            c.last_enter_ns = 0;
+        }
+    }
+
+    pub fn push_episode(&mut self, e: Episode) {
+        let i = (self.episode_pos as usize) % EPISODES_PER_THREAD;
+        if let Some(slot) = self.episodes.get_mut(i) {
+            *slot = Some(e);
+        }
+        self.episode_pos = ((i + 1) % EPISODES_PER_THREAD) as u8;
+    }
+
+    /// The earliest episode with `alarm_ns` in `[from, to]`.
+    pub fn first_episode(&self, from: u64, to: u64) -> Option<Episode> {
+        self.episodes
+            .iter()
+            .flatten()
+            .filter(|e| e.alarm_ns >= from && e.alarm_ns <= to)
+            .min_by_key(|e| e.alarm_ns)
+            .copied()
+    }
+
+    /// Heap plus inline bytes held by this thread.
+    pub fn bytes(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.chans.capacity() * std::mem::size_of::<Chan>()
+            + self.rings.capacity() * std::mem::size_of::<f32>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn series_moving_average() {
+        let mut s = Series::default();
+        let mut ring = [0f32; 3];
+        assert_eq!(s.push(&mut ring, 1.0), None);
+        assert_eq!(s.push(&mut ring, 2.0), None);
+        assert_eq!(s.push(&mut ring, 3.0), Some(2.0));
+        assert_eq!(s.push(&mut ring, 7.0), Some(4.0));
+    }
+
+    #[test]
+    fn call_bins_count_and_slide() {
+        let mut c = CallBins::default();
+        c.add(10);
+        c.add(10);
+        c.add(12);
+        assert_eq!((c.sum(10, 12), c.sum(11, 11)), (3, 0));
+        c.add(10 + 256); // bin 10 falls out of the ring, bin 12 is still in it
+        assert_eq!(c.sum(0, 300), 2);
+        c.add(5); // too old: ignored
+        assert_eq!(c.sum(0, 300), 2);
+    }
+
+    #[test]
+    fn binset_marks_and_slides() {
+        let mut b = BinSet::default();
+        b.mark(1000);
+        b.mark(1010);
+        assert!(b.any(1005, 1010) && !b.any(1001, 1009));
+        b.mark(1000 + 300); // slides: 1000 and 1010 fall out
+        assert!(b.any(1300, 1300) && !b.any(1000, 1010));
+        b.mark(1200);
+        assert!(b.any(1200, 1200));
+        let mut c = BinSet::default();
+        c.mark(500);
+        c.mark(450);
+        assert!(c.any(450, 450) && c.any(500, 500) && !c.any(451, 499));
+    }
+}

@@ -1,0 +1,75 @@
+//! Property tests: any event sequence, in any order and shape, never panics, and the
+//! engine's state stays within the bound implied by its parameters.
+
+use faultline_engine::{Engine, EventKind, Params, SyscallEvent, SyscallId};
+use proptest::prelude::*;
+
+fn event() -> impl Strategy<Value = SyscallEvent> {
+    (
+        0u32..4,
+        0u32..40,
+        0u16..600,
+        0u8..3,
+        prop_oneof![0u64..1_000_000_000_000, Just(u64::MAX), Just(0u64)],
+        prop_oneof![0u64..10_000_000_000, Just(u64::MAX)],
+    )
+        .prop_map(|(pid, tid, sc, kind, ts, dur)| SyscallEvent {
+            pid,
+            tid,
+            syscall: SyscallId(sc),
+            kind: match kind {
+                0 => EventKind::Complete,
+                1 => EventKind::Enter,
+                _ => EventKind::Exit,
+            },
+            ts_ns: ts,
+            duration_ns: dur,
+            ret: None,
+            perf: None,
+        })
+}
+
+fn small_params() -> Params {
+    Params {
+        max_threads: 16,
+        max_targets: 2,
+        cadence_seconds: 1.0,
+        window_seconds: 5.0,
+        moving_average_k: 3,
+        min_baseline_samples: 2,
+        ..Params::default()
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn any_sequence_is_safe_and_bounded(
+        batches in prop::collection::vec(prop::collection::vec(event(), 0..200), 1..8),
+        targets in prop::collection::vec("[a-c]", 1..8),
+        trigger_at in any::<u64>(),
+    ) {
+        let p = small_params();
+        let mut e = Engine::new(p.clone()).expect("valid");
+        for (i, b) in batches.iter().enumerate() {
+            let t = &targets[i % targets.len()];
+            e.ingest(t, b);
+            for r in e.take_reports() {
+                prop_assert!(r.impact_factor >= 0.0 && r.impact_factor <= 1.0);
+                prop_assert!(r.threads.directly_affected <= r.threads.affected);
+            }
+            let _ = e.trigger(t, trigger_at);
+            let _ = e.calibrate(t, Some(trigger_at));
+        }
+        for t in ["a", "b", "c"] {
+            prop_assert!(e.thread_count(t) <= p.max_threads);
+        }
+        let total: u64 = batches.iter().map(|b| b.len() as u64).sum();
+        prop_assert_eq!(e.counters().events, total);
+        // 2 targets × 16 threads × ≤ 24 channels: far below a megabyte.
+        prop_assert!(e.state_bytes() < 4 << 20, "state {}", e.state_bytes());
+        let finals = e.finish();
+        prop_assert!(finals.len() <= p.max_targets + 64);
+    }
+}

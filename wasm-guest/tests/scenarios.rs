@@ -1,0 +1,162 @@
+//! Scenario tests on generated streams (`synth`): the verdicts the paper's Fig. 3 should
+//! reach for global, local, borderline and I/O-only faults, and silence on a healthy
+//! target. Each stream warms the baselines up for 40 s before the fault.
+
+use faultline_engine::report::{DecisionPath, Report, Trigger, Verdict};
+use faultline_engine::synth::{generate, FaultScope, FaultSpec, StreamSpec};
+use faultline_engine::{Engine, Params, SyscallEvent};
+
+const FAULT_AT: f64 = 40.0;
+
+fn spec(threads: u32, seconds: f64, seed: u64, fault: Option<FaultSpec>) -> StreamSpec {
+    StreamSpec {
+        threads,
+        syscall_types: 24,
+        seconds,
+        calls_per_thread_per_second: 200.0,
+        seed,
+        fault,
+        ..StreamSpec::default()
+    }
+}
+
+/// Runs the stream through the engine in batches; returns (cadence reports, engine).
+fn run(spec: &StreamSpec, params: Params) -> (Vec<Report>, Engine) {
+    let events: Vec<SyscallEvent> = generate(spec).collect();
+    let mut engine = Engine::new(params).expect("valid params");
+    let mut reports = Vec::new();
+    for chunk in events.chunks(4096) {
+        engine.ingest("svc", chunk);
+        reports.extend(engine.take_reports());
+    }
+    (reports, engine)
+}
+
+fn fault_start_ns(spec: &StreamSpec) -> u64 {
+    spec.start_ns + (FAULT_AT * 1e9) as u64
+}
+
+#[test]
+fn slowdown_hitting_every_thread_at_once_is_external() {
+    let s = spec(
+        32,
+        50.0,
+        11,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 0.05,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let (_, mut engine) = run(&s, Params::default());
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    assert!(r.impact_factor > 0.9);
+    assert_eq!(r.trigger, Trigger::OnDemand);
+    // Continuous mode finds it on its own too.
+    let last = engine.finish().pop().expect("final report");
+    assert_eq!(last.verdict, Verdict::External, "{last:#?}");
+    let onset = last.anomaly_onset_ns.expect("onset");
+    assert!(onset >= fault_start_ns(&s) && onset < fault_start_ns(&s) + 1_000_000_000);
+}
+
+#[test]
+fn fault_in_a_subset_of_threads_is_internal() {
+    let s = spec(
+        32,
+        50.0,
+        12,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 0.25,
+            onset_spread_seconds: 2.0,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let (_, mut engine) = run(&s, Params::default());
+    let r = engine.finish().pop().expect("final report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert!(r.impact_factor < 0.8);
+    assert!(r.threads.affected >= 4, "{r:#?}");
+}
+
+#[test]
+fn borderline_impact_is_resolved_by_dispersion() {
+    // Every thread is hit, but spread over 1.2 s with α = 1 s: ≈ 5/6 are direct
+    // (borderline τ) and the onsets disperse (Ω ≈ 0.35 s > β) → internal by Ω.
+    let params = Params {
+        alpha_seconds: 1.0,
+        beta_seconds: 0.25,
+        ..Params::default()
+    };
+    let s = spec(
+        64,
+        50.0,
+        13,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 1.2,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let (_, mut engine) = run(&s, params);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert!(
+        (0.8..=0.9).contains(&r.impact_factor),
+        "τ = {} not borderline: {r:#?}",
+        r.impact_factor
+    );
+    assert_eq!(r.decided_by, DecisionPath::Dispersion, "{r:#?}");
+    assert_eq!(r.verdict, Verdict::Internal);
+    assert!(r.onset_dispersion_seconds > 0.25);
+}
+
+#[test]
+fn io_only_external_fault_is_resolved_by_filtering_mode() {
+    let s = spec(
+        48,
+        50.0,
+        14,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 0.05,
+            duration_multiplier: 10.0,
+            scope: FaultScope::IoOnly,
+            ..FaultSpec::default()
+        }),
+    );
+    let (_, mut engine) = run(&s, Params::default());
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    assert!(
+        r.top_syscalls_by_time
+            .first()
+            .is_some_and(|t| t.subsystem.is_io()),
+        "{r:#?}"
+    );
+    if (0.8..=0.9).contains(&r.impact_factor) {
+        assert_eq!(r.decided_by, DecisionPath::FilteringMode);
+        assert!(r.impact_factor_filtered.is_some_and(|t| t > 0.9));
+    }
+}
+
+#[test]
+fn healthy_stream_stays_none_over_many_windows() {
+    let s = spec(32, 180.0, 15, None);
+    let (reports, mut engine) = run(&s, Params::default());
+    assert!(reports.len() >= 17, "one report per cadence tick");
+    let bad: Vec<_> = reports
+        .iter()
+        .filter(|r| r.verdict != Verdict::None)
+        .collect();
+    assert!(bad.is_empty(), "false verdicts: {bad:#?}");
+    let last = engine.finish().pop().expect("final");
+    assert_eq!(last.verdict, Verdict::None);
+    assert!(last.events_analyzed > 0 && !last.syscalls.is_empty());
+}
