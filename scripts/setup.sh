@@ -30,3 +30,6 @@ if ! python3 -c "import opentelemetry.exporter.otlp.proto.grpc, opentelemetry.ex
   python3 -m pip install -q --disable-pip-version-check \
     opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
 fi
+
+# PyYAML for the static checks of the agent configs (Vector, Collector, Grafana provisioning).
+python3 -c "import yaml" >/dev/null 2>&1 || python3 -m pip install -q --disable-pip-version-check pyyaml

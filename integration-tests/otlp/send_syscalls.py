@@ -83,7 +83,11 @@ def send_logs(args, events):
 
         exporter = OTLPLogExporter(endpoint=args.endpoint.rstrip("/") + "/v1/logs", compression=compression(args))
     provider = LoggerProvider(resource=resource(args))
-    provider.add_log_record_processor(BatchLogRecordProcessor(exporter, max_export_batch_size=args.batch))
+    # The SDK drops records beyond its queue size; size it so every planned record is sent.
+    queue = max(2048, len(events) + args.noise + args.bad)
+    provider.add_log_record_processor(
+        BatchLogRecordProcessor(exporter, max_queue_size=queue, max_export_batch_size=min(args.batch, queue))
+    )
     logger = provider.get_logger("faultline.send_syscalls")
     for e in events:
         logger.emit(
@@ -120,7 +124,10 @@ def send_spans(args, events):
 
         exporter = OTLPSpanExporter(endpoint=args.endpoint.rstrip("/") + "/v1/traces", compression=compression(args))
     provider = TracerProvider(resource=resource(args))
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_export_batch_size=args.batch))
+    queue = max(2048, len(events) + args.noise)
+    provider.add_span_processor(
+        BatchSpanProcessor(exporter, max_queue_size=queue, max_export_batch_size=min(args.batch, queue))
+    )
     tracer = provider.get_tracer("faultline.send_syscalls")
     for e in events:
         # The span's name is the syscall; its start and end are the call's entry and exit.

@@ -4,22 +4,26 @@
 Why: promtool unit tests prove the rules on hand-written series; this proves them on what a
 running faultline really exports. It
 
-  1. starts `faultline run` on free loopback ports, replaying a real fault trace
-     (/work/shared/traces/perf-faults/<case>, truth.json says external/internal/none),
+  1. starts one `faultline run` per case on free loopback ports, each replaying a real fault
+     trace (../shared/traces/perf-faults/<case>; by default mariadb_cpu_cap, an external
+     fault, and mariadb_lock_tables, an internal one),
   2. starts the real Prometheus server (1 s scrapes, the repo's recording and alerting rules
-     with every `for:` shortened to 1 s) scraping it,
-  3. waits for the alert matching the trace's true class to fire (/api/v1/alerts) and checks
-     that the opposite diagnosis alert does not,
+     with every `for:` shortened to 1 s) scraping all of them,
+  3. for each faultline, waits for its final report (GET /report) and checks that the alert
+     of that verdict fires for its instance (/api/v1/alerts) with the report's hint and top
+     syscall in the annotations, and that the opposite diagnosis alert does not; whether the
+     verdict matches the case's truth.json is printed (enforced with --require-truth),
   4. runs every query of dashboards/faultline.json against that Prometheus
      (dashboard_queries.py): each must parse and return data,
-  5. stops faultline and waits for FaultlineDown to fire.
+  5. stops the faultlines and waits for FaultlineDown to fire for each.
 
     python3 integration-tests/prometheus/live_test.py --faultline target/debug/faultline \
-        --case ../shared/traces/perf-faults/mariadb_cpu_cap
+        [--case ../shared/traces/perf-faults/mariadb_cpu_cap ...] [--engine wasm] [--keep]
 
 `--stand-in` replaces faultline with a static metrics file served by python's http.server
 (only to check this harness itself; it proves nothing about faultline).
-Exit status 0 = pass; 77 = skipped (a required program is missing; printed loudly).
+Exit status 0 = pass; 77 = skipped (a required program or the traces are missing; printed
+loudly).
 """
 
 import argparse
@@ -123,9 +127,10 @@ def test_rules(tmp):
     return out
 
 
-def prometheus_config(tmp, metrics_addr, rule_files):
+def prometheus_config(tmp, metrics_addrs, rule_files):
     path = Path(tmp) / "prometheus.yml"
     rules = "\n".join(f"  - {json.dumps(str(r))}" for r in rule_files)
+    targets = ", ".join(json.dumps(a) for a in metrics_addrs)
     path.write_text(
         f"""global:
   scrape_interval: 1s
@@ -136,7 +141,7 @@ rule_files:
 scrape_configs:
   - job_name: faultline
     static_configs:
-      - targets: ["{metrics_addr}"]
+      - targets: [{targets}]
         labels:
           host: live-test
 """
@@ -144,11 +149,14 @@ scrape_configs:
     return path
 
 
-def faultline_config(tmp, trace, metrics_addr, target):
+def faultline_config(tmp, trace, metrics_addr, target, engine):
     """A config with free ports, OTLP off, the trace replayed, one named target."""
     path = Path(tmp) / "faultline.toml"
     path.write_text(
-        f"""[sources.otlp]
+        f"""[engine]
+kind = "{engine}"
+
+[sources.otlp]
 enabled = false
 
 [sources.replay]
@@ -235,11 +243,24 @@ def wait_for_final_report(src, metrics_addr, target, timeout):
     seconds on a loaded CI machine mid-replay. The stand-in has no /report: its static
     metrics play the part of a report.
     """
-    if src.name == "stand-in":
+    if src.name.startswith("stand-in"):
         return {"verdict": "external", "decided_by": "stand-in", "impact_factor": 0.95,
                 "hint": "stand-in", "top_syscalls_by_time": [{"syscall": "futex"}]}
-    wait_until("the replay to finish (faultline log)", timeout,
-               lambda: "replay source finished" in src.tail(10_000))
+    def received():
+        text = http_get(f"http://{metrics_addr}/metrics") or ""
+        return sum(float(l.split()[-1]) for l in text.splitlines()
+                   if l.startswith("faultline_events_received_total"))
+
+    def replay_over():
+        # faultline logs the end of the replay; should that line change, a received-events
+        # counter that stopped growing for 5 s says the same.
+        if "replay source finished" in src.tail(10_000):
+            return True
+        before = received()
+        time.sleep(5)
+        return before > 0 and received() == before
+
+    wait_until("the replay to finish", timeout, replay_over)
 
     def stable():
         first = latest_report(metrics_addr, target)
@@ -252,22 +273,25 @@ def wait_for_final_report(src, metrics_addr, target, timeout):
     return wait_until(f"a final report for target {target}", timeout, stable, interval=0)
 
 
-def check_diagnosis_alert(prom, target, verdict, report, metrics_addr=None):
-    """The alert of `verdict` fires for `target` with the report's details; the other does not."""
+def check_diagnosis_alert(prom, target, instance, verdict, report, has_report):
+    """The alert of `verdict` fires for `target` on `instance` with the report's details; the
+    other diagnosis alert does not."""
     name = DIAGNOSIS_ALERT[verdict]
     other = DIAGNOSIS_ALERT["internal" if verdict == "external" else "external"]
 
+    def ours(alerts):
+        return [a for a in alerts if a["labels"].get("target") == target and a["labels"].get("instance") == instance]
+
     def settled():
-        mine = [a for a in firing(prom, name) if a["labels"].get("target") == target]
-        theirs = [a for a in firing(prom, other) if a["labels"].get("target") == target]
+        mine, theirs = ours(firing(prom, name)), ours(firing(prom, other))
         return mine if mine and not theirs else None
 
-    alert = wait_until(f"{name} firing alone for {target}", 60, settled)[0]
+    alert = wait_until(f"{name} firing alone for {target} on {instance}", 60, settled)[0]
     log(f"{name} firing: {json.dumps(alert, indent=1)}")
     ann = alert["annotations"]
     assert alert["labels"]["verdict"] == verdict, alert
-    if metrics_addr:
-        now = latest_report(metrics_addr, target)
+    if has_report:
+        now = latest_report(instance, target)
         assert now and now["window_end_ns"] == report["window_end_ns"], "a new report arrived during the check"
     assert target in ann["summary"], ann
     # The annotation joins must carry the report's own diagnosis, not fallbacks.
@@ -279,14 +303,75 @@ def check_diagnosis_alert(prom, target, verdict, report, metrics_addr=None):
         assert "none ranked" in ann["description"], ann["description"]
 
 
+DEFAULT_CASES = ["mariadb_cpu_cap", "mariadb_lock_tables"]
+
+
+class Feed:
+    """One metrics endpoint under test: a faultline replaying one case, or the stand-in."""
+
+    def __init__(self, name, truth, addr, proc):
+        self.name, self.truth, self.addr, self.proc = name, truth, addr, proc
+
+
+def start_feeds(args, tmp):
+    feeds = []
+    if args.stand_in:
+        addr = f"127.0.0.1:{free_port()}"
+        www = Path(tmp) / "www"
+        www.mkdir()
+        (www / "metrics").write_text(STAND_IN_METRICS.format(t=args.target, now=time.time(), n=1000))
+        proc = Proc("stand-in", [sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
+                                 "--directory", str(www), addr.split(":")[1]], tmp)
+        return [Feed("stand-in", "external", addr, proc)]
+    for case in args.cases:
+        addr = f"127.0.0.1:{free_port()}"
+        cdir = Path(tmp) / case.name
+        cdir.mkdir()
+        cfg = faultline_config(cdir, case / "trace.txt.zst", addr, args.target, args.engine)
+        truth = json.loads((case / "truth.json").read_text())["class"]
+        proc = Proc(f"faultline-{case.name}", [args.faultline, "run", "--config", str(cfg)], tmp,
+                    env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info")})
+        feeds.append(Feed(case.name, truth, addr, proc))
+    return feeds
+
+
+def check_feed(prom, feed, args):
+    """The diagnosis alerts of one faultline follow its own final report."""
+    # The alert must follow what faultline itself concluded (its JSON report, a channel
+    # independent of the metrics): that is what this test proves about the integration.
+    # Whether that conclusion matches the trace's truth is the engine's business; it is
+    # printed, and enforced only with --require-truth.
+    report = wait_for_final_report(feed.proc, feed.addr, args.target, args.timeout)
+    verdict = report["verdict"]
+    agree = "agrees with" if verdict == feed.truth else "DIFFERS from"
+    log(f"{feed.name}: faultline's verdict {verdict} ({report['decided_by']}, "
+        f"tau={report['impact_factor']:.3f}) {agree} truth.json: {feed.truth}")
+    if args.require_truth and verdict != feed.truth:
+        raise AssertionError(f"{feed.name}: verdict {verdict} != truth {feed.truth} (--require-truth)")
+    if verdict in DIAGNOSIS_ALERT:
+        check_diagnosis_alert(prom, args.target, feed.addr, verdict, report, not args.stand_in)
+    else:
+        # Verdict none: neither diagnosis alert may fire, over several evaluations.
+        time.sleep(5)
+        for name in DIAGNOSIS_ALERT.values():
+            mine = [a for a in firing(prom, name) if a["labels"].get("instance") == feed.addr]
+            assert not mine, f"{name} fires on verdict none: {mine}"
+        log(f"{feed.name}: no diagnosis alert on verdict none")
+    return verdict
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faultline", default=str(REPO / "target" / "debug" / "faultline"))
-    ap.add_argument("--case", default=str(REPO.parent / "shared" / "traces" / "perf-faults" / "mariadb_cpu_cap"),
-                    help="a perf-faults case directory (trace.txt.zst + truth.json)")
+    ap.add_argument("--case", action="append", dest="cases",
+                    help="a perf-faults case directory (trace.txt.zst + truth.json), repeatable; "
+                         f"default: {', '.join(DEFAULT_CASES)} (one faultline each, scraped together)")
     ap.add_argument("--prometheus-bin", default=shutil.which("prometheus") or "/usr/bin/prometheus")
+    # native by default: a debug build compiles the WASM guest for ~20 s at startup, and how
+    # the engine is hosted does not change what reaches Prometheus.
+    ap.add_argument("--engine", default="native", choices=["native", "wasm"], help="faultline's [engine] kind")
     ap.add_argument("--target", default="mariadb", help="target name given to the traced server")
-    ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for the diagnosis alert")
+    ap.add_argument("--timeout", type=float, default=120, help="seconds to wait for each final report")
     ap.add_argument("--stand-in", action="store_true", help="serve static metrics instead of faultline (harness self-check)")
     ap.add_argument("--require-truth", action="store_true",
                     help="also fail when faultline's verdict differs from the case's truth.json class")
@@ -296,86 +381,57 @@ def main():
     if not Path(args.prometheus_bin).exists():
         print(f"SKIPPED: no Prometheus server at {args.prometheus_bin} (apt-get install prometheus)", file=sys.stderr)
         return SKIP
-    case = Path(args.case)
-    if args.stand_in:
-        truth = "external"
-    else:
+    traces = REPO.parent / "shared" / "traces" / "perf-faults"
+    args.cases = [Path(c) for c in (args.cases or [traces / c for c in DEFAULT_CASES])]
+    if not args.stand_in:
         if not Path(args.faultline).exists():
             print(f"SKIPPED: no faultline binary at {args.faultline} (cargo build -p faultline)", file=sys.stderr)
             return SKIP
-        if not (case / "truth.json").exists():
-            print(f"SKIPPED: no trace case at {case}", file=sys.stderr)
+        missing = [str(c) for c in args.cases if not (c / "truth.json").exists()]
+        if missing:
+            print(f"SKIPPED: no trace case at {', '.join(missing)}", file=sys.stderr)
             return SKIP
-        truth = json.loads((case / "truth.json").read_text())["class"]
 
     t0 = time.monotonic()
     tmp = tempfile.mkdtemp(prefix="faultline-live-")
     procs = []
     ok = False
     try:
-        metrics_addr = f"127.0.0.1:{free_port()}"
-        if args.stand_in:
-            www = Path(tmp) / "www"
-            www.mkdir()
-            (www / "metrics").write_text(STAND_IN_METRICS.format(t=args.target, now=time.time(), n=1000))
-            src = Proc("stand-in", [sys.executable, "-m", "http.server", "--bind", "127.0.0.1",
-                                    "--directory", str(www), metrics_addr.split(":")[1]], tmp)
-        else:
-            cfg = faultline_config(tmp, case / "trace.txt.zst", metrics_addr, args.target)
-            src = Proc("faultline", [args.faultline, "run", "--config", str(cfg)], tmp,
-                       env={**os.environ, "RUST_LOG": os.environ.get("RUST_LOG", "info")})
-        procs.append(src)
-        wait_until("the metrics endpoint", 30,
-                   lambda: not src.alive() and (_ for _ in ()).throw(RuntimeError(f"{src.name} exited early"))
-                   or http_get(f"http://{metrics_addr}/metrics"))
+        feeds = start_feeds(args, tmp)
+        procs += [f.proc for f in feeds]
+        for f in feeds:
+            wait_until(f"the metrics endpoint of {f.name}", 120,
+                       lambda f=f: not f.proc.alive() and (_ for _ in ()).throw(RuntimeError(f"{f.proc.name} exited early"))
+                       or http_get(f"http://{f.addr}/metrics"))
 
         prom_port = free_port()
         prom = f"http://127.0.0.1:{prom_port}"
-        prom_cfg = prometheus_config(tmp, metrics_addr, test_rules(tmp))
+        prom_cfg = prometheus_config(tmp, [f.addr for f in feeds], test_rules(tmp))
         promtool = shutil.which("promtool")
         if promtool:
             subprocess.run([promtool, "check", "config", str(prom_cfg)], check=True, stdout=subprocess.DEVNULL)
-        pserver = Proc("prometheus", [args.prometheus_bin, f"--config.file={prom_cfg}",
-                                      f"--storage.tsdb.path={Path(tmp) / 'tsdb'}",
-                                      f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"], tmp)
-        procs.append(pserver)
+        procs.append(Proc("prometheus", [args.prometheus_bin, f"--config.file={prom_cfg}",
+                                         f"--storage.tsdb.path={Path(tmp) / 'tsdb'}",
+                                         f"--web.listen-address=127.0.0.1:{prom_port}", "--log.level=warn"], tmp))
         wait_until("Prometheus ready", 30, lambda: http_get(f"{prom}/-/ready"))
-        wait_until("faultline scraped (up == 1)", 30,
-                   lambda: any(r["value"][1] == "1" for r in query(prom, 'up{job="faultline"}')))
-        log("Prometheus scrapes the metrics endpoint")
+        wait_until("every faultline scraped (up == 1)", 30,
+                   lambda: sum(r["value"][1] == "1" for r in query(prom, 'up{job="faultline"}')) == len(feeds))
+        log(f"Prometheus scrapes {len(feeds)} metrics endpoint(s)")
 
-        # The alert must follow what faultline itself concluded (its JSON report, a channel
-        # independent of the metrics): that is what this test proves about the integration.
-        # Whether that conclusion matches the trace's truth is the engine's business; it is
-        # printed, and enforced only with --require-truth.
-        report = wait_for_final_report(src, metrics_addr, args.target, args.timeout)
-        verdict = report["verdict"]
-        agree = "agrees with" if verdict == truth else "DIFFERS from"
-        log(f"faultline's verdict: {verdict} ({report['decided_by']}, tau={report['impact_factor']:.3f}); "
-            f"{agree} truth.json: {truth}")
-        if args.require_truth and verdict != truth:
-            raise AssertionError(f"verdict {verdict} != truth {truth} (--require-truth)")
-        if verdict in DIAGNOSIS_ALERT:
-            check_diagnosis_alert(prom, args.target, verdict, report,
-                                  None if args.stand_in else metrics_addr)
-        else:
-            # Verdict none: neither diagnosis alert may fire, over several evaluations.
-            time.sleep(5)
-            for name in DIAGNOSIS_ALERT.values():
-                assert not firing(prom, name), f"{name} fires on verdict none: {firing(prom, name)}"
-            log("no diagnosis alert on verdict none")
+        verdicts = {f.name: check_feed(prom, f, args) for f in feeds}
 
         # Rates need a few scrapes of the counters before the dashboard check.
         time.sleep(3)
-        failures = dashboard_queries.check(prom, {"target": args.target, "instance": metrics_addr})
+        failures = dashboard_queries.check(prom, {"target": args.target, "instance": ".*"})
         assert not failures, "dashboard queries failed:\n  " + "\n  ".join(failures)
 
-        code = src.stop()
-        log(f"{src.name} stopped with exit code {code}")
-        wait_until("FaultlineDown firing", 30, lambda: firing(prom, "FaultlineDown"))
+        for f in feeds:
+            log(f"{f.proc.name} stopped with exit code {f.proc.stop()}")
+        wait_until("FaultlineDown firing for every instance", 30,
+                   lambda: {a["labels"]["instance"] for a in firing(prom, "FaultlineDown")} == {f.addr for f in feeds})
         log("FaultlineDown firing after faultline stopped")
         ok = True
-        log(f"PASS in {time.monotonic() - t0:.1f}s")
+        log(f"PASS in {time.monotonic() - t0:.1f}s: verdicts {verdicts}")
         return 0
     except (AssertionError, TimeoutError, RuntimeError, subprocess.CalledProcessError) as e:
         log(f"FAIL: {e}")

@@ -24,9 +24,11 @@ use faultline_engine::{Params, SyscallEvent};
 const BATCH: usize = 4096;
 const DRAIN_EVERY: usize = 64;
 const REPS: usize = 3;
-const EVENTS_PER_CASE: usize = 4_000_000;
+const EVENTS_PER_CASE: usize = 2_000_000;
 const STREAM_SECONDS: f64 = 30.0;
 const RSS_CHILD_ENV: &str = "FL_BENCH_RSS_CHILD";
+/// `FL_BENCH_QUICK=1`: only the first case, once, no RSS children (for quick comparisons).
+const QUICK_ENV: &str = "FL_BENCH_QUICK";
 
 fn spec(threads: u32, shape: EventShape) -> StreamSpec {
     // Synth threads average 1.25× the nominal rate; enter/exit doubles the records per call.
@@ -99,13 +101,39 @@ fn new_host(wasm: bool) -> Box<dyn EngineHost> {
 fn measure(wasm: bool, events: &[SyscallEvent]) -> (f64, usize) {
     let mut rates = Vec::new();
     let mut state = 0;
-    for _ in 0..REPS {
+    let reps = if quick() { 1 } else { REPS };
+    for _ in 0..reps {
         let mut host = new_host(wasm);
         let (t, s) = run(host.as_mut(), events);
         rates.push(events.len() as f64 / t.as_secs_f64());
         state = s;
     }
     (median(rates), state)
+}
+
+fn quick() -> bool {
+    std::env::var_os(QUICK_ENV).is_some()
+}
+
+/// Encode and decode of the WASM batch layout alone, natively (events/s each): the
+/// ABI's share of a WASM call.
+fn codec_rates(events: &[SyscallEvent]) -> (f64, f64) {
+    use faultline_engine::abi::batch::{decode_batch, encode_batch};
+    let mut buf = Vec::new();
+    let mut out = Vec::new();
+    let (mut enc, mut dec) = (Duration::ZERO, Duration::ZERO);
+    for chunk in events.chunks(BATCH) {
+        let t = Instant::now();
+        if encode_batch("bench", chunk, &mut buf).is_err() {
+            return (f64::NAN, f64::NAN);
+        }
+        enc += t.elapsed();
+        let t = Instant::now();
+        black_box(decode_batch(&buf, &mut out).ok());
+        dec += t.elapsed();
+    }
+    let n = events.len() as f64;
+    (n / enc.as_secs_f64(), n / dec.as_secs_f64())
 }
 
 fn status_kib(field: &str) -> Option<u64> {
@@ -165,9 +193,13 @@ fn main() {
     let mut worst_native = f64::MAX;
     let mut worst_ratio = f64::MAX;
     let mut state_10k = 0usize;
-    for threads in [1_000u32, 10_000] {
+    let mut codec = (f64::NAN, f64::NAN);
+    'cases: for threads in [1_000u32, 10_000] {
         for shape in [EventShape::Complete, EventShape::EnterExit] {
             let events: Vec<SyscallEvent> = generate(&spec(threads, shape)).collect();
+            if codec.0.is_nan() {
+                codec = codec_rates(&events);
+            }
             let (native, native_state) = measure(false, &events);
             let (wasm, wasm_state) = measure(true, &events);
             let ratio = wasm / native;
@@ -184,7 +216,19 @@ fn main() {
                 native_state as f64 / MIB,
                 wasm_state as f64 / MIB,
             );
+            if quick() {
+                break 'cases;
+            }
         }
+    }
+    println!();
+    println!(
+        "ABI batch codec alone (native): encode {:.1} M events/s, decode {:.1} M events/s",
+        codec.0 / 1e6,
+        codec.1 / 1e6
+    );
+    if quick() {
+        return;
     }
     println!();
     println!("| memory at 10,000 threads | MiB |");

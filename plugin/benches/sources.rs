@@ -7,7 +7,7 @@
 //! 3. Per-syscall statistics of an LTTng trace: faultline vs `lttng-syscallstats`
 //!    (time ratio and whether the counts agree).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -22,10 +22,20 @@ use faultline_engine::syscalls::Arch;
 const PERF_TRACE: &str = "/work/shared/traces/perf-faults/mariadb_control/trace.txt.zst";
 
 fn main() {
+    // `cargo bench --bench sources -- perf` runs only the perf part (cargo adds `--bench`).
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wanted = |name: &str| only.is_empty() || only.iter().any(|o| name.contains(o.as_str()));
     println!("| measurement | value |");
     println!("|---|---|");
-    bench_perf_script();
-    lttng::bench_all();
+    if wanted("perf") {
+        bench_perf_script();
+    }
+    if wanted("lttng") {
+        lttng::bench_all();
+    }
 }
 
 fn bench_perf_script() {
@@ -65,13 +75,167 @@ fn bench_perf_script() {
 
 mod lttng {
     use super::*;
+    use faultline::model::EventBatch;
+    use faultline::sources::lttng::{self as source, LttngTextReader};
+    use faultline_engine::{EventKind, SyscallId};
+    use std::collections::HashMap;
+
+    const TRACE: &str = "/work/shared/traces/lttng/many-threads";
 
     pub fn bench_all() {
-        let _ = (
-            BTreeMap::<u8, u8>::new(),
-            Path::new(""),
-            Command::new("true"),
-            Stdio::null(),
+        if !Path::new(TRACE).is_dir() {
+            println!("| lttng | SKIPPED: {TRACE} missing |");
+            return;
+        }
+        let Some(bt_secs) = time_babeltrace() else {
+            println!("| lttng | SKIPPED: babeltrace2 not runnable |");
+            return;
+        };
+        let Some(text) = babeltrace_text() else {
+            return;
+        };
+        let lines = text.iter().filter(|b| **b == b'\n').count() as f64;
+        println!(
+            "| babeltrace2 decode alone ({lines} events) | {bt_secs:.3} s = {:.0} k events/s |",
+            lines / bt_secs / 1e3
         );
+
+        // Our parsing alone, on babeltrace2's text in memory.
+        let stats = Arc::new(SourceStats::new("lttng"));
+        let mut r = LttngTextReader::new(&text[..], Arch::X86_64, stats);
+        let start = Instant::now();
+        while let Ok(Some(_)) = r.next_batch() {}
+        let parse = start.elapsed().as_secs_f64();
+        println!(
+            "| faultline text parsing alone | {parse:.3} s = {:.0} k events/s ({:.0} MB/s) |",
+            lines / parse / 1e3,
+            text.len() as f64 / parse / 1e6
+        );
+
+        // The whole source as deployed: babeltrace2 child + parsing, concurrently.
+        let stats = Arc::new(SourceStats::new("lttng"));
+        let start = Instant::now();
+        let Ok(mut r) = source::open(TRACE, Arch::X86_64, stats.clone()) else {
+            println!("| lttng source | SKIPPED: cannot start babeltrace2 |");
+            return;
+        };
+        let mut batches = Vec::new();
+        while let Ok(Some(b)) = r.next_batch() {
+            batches.push(b);
+        }
+        let whole = start.elapsed().as_secs_f64();
+        println!(
+            "| faultline LTTng source (babeltrace2 + parse) | {whole:.3} s = {:.0} k events/s; {} syscall events; ratio to babeltrace2 alone {:.2}x |",
+            lines / whole / 1e3,
+            stats.received(),
+            whole / bt_secs
+        );
+        compare_syscallstats(&batches, whole);
+    }
+
+    fn time_babeltrace() -> Option<f64> {
+        let start = Instant::now();
+        let ok = Command::new("babeltrace2")
+            .args(["--clock-seconds", "--no-delta", TRACE])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .ok()?
+            .success();
+        ok.then(|| start.elapsed().as_secs_f64())
+    }
+
+    fn babeltrace_text() -> Option<Vec<u8>> {
+        let out = Command::new("babeltrace2")
+            .args(["--clock-seconds", "--no-delta", TRACE])
+            .output()
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    }
+
+    /// Completed calls per syscall name: each exit closes its thread's pending entry.
+    fn completed_per_name(batches: &[EventBatch]) -> BTreeMap<String, u64> {
+        let mut pending: HashMap<u32, SyscallId> = HashMap::new();
+        let mut out = BTreeMap::new();
+        for e in batches.iter().flat_map(|b| &b.events) {
+            match e.kind {
+                EventKind::Enter => {
+                    pending.insert(e.tid, e.syscall);
+                }
+                EventKind::Exit => {
+                    if let Some(id) = pending.remove(&e.tid) {
+                        *out.entry(id.name().to_string()).or_insert(0) += 1;
+                    }
+                }
+                EventKind::Complete => {}
+            }
+        }
+        out
+    }
+
+    /// lttng-syscallstats (lttnganalyses) on the same trace. It only reads the tracer
+    /// version, which it needs, from a trace directory named `kernel`, so run it on a copy.
+    fn compare_syscallstats(batches: &[EventBatch], ours_secs: f64) {
+        let Ok(dir) = tempfile::tempdir() else { return };
+        let kernel = dir.path().join("kernel");
+        if copy_dir(Path::new(TRACE), &kernel).is_err() {
+            println!("| lttng-syscallstats | SKIPPED: cannot copy trace |");
+            return;
+        }
+        let start = Instant::now();
+        let out = Command::new("lttng-syscallstats")
+            .args(["--no-progress", "--skip-validation"])
+            .arg(dir.path())
+            .output();
+        let secs = start.elapsed().as_secs_f64();
+        let Some(out) = out.ok().filter(|o| o.status.success()) else {
+            println!("| lttng-syscallstats | SKIPPED: not installed or failed |");
+            return;
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut theirs: BTreeMap<String, u64> = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix(" - ") else {
+                continue;
+            };
+            let mut w = rest.split_whitespace();
+            if let (Some(name), Some(Ok(n))) = (w.next(), w.next().map(str::parse::<u64>)) {
+                *theirs.entry(name.to_string()).or_insert(0) += n;
+            }
+        }
+        let ours = completed_per_name(batches);
+        let (t_ours, t_theirs): (u64, u64) = (ours.values().sum(), theirs.values().sum());
+        let names: BTreeSet<&String> = ours.keys().chain(theirs.keys()).collect();
+        let differing: Vec<String> = names
+            .iter()
+            .filter(|n| ours.get(**n) != theirs.get(**n))
+            .map(|n| format!("{n}: {:?} vs {:?}", ours.get(*n), theirs.get(*n)))
+            .collect();
+        println!(
+            "| lttng-syscallstats time | {secs:.2} s (faultline source {ours_secs:.2} s, {:.1}x faster) |",
+            secs / ours_secs
+        );
+        println!(
+            "| completed calls: faultline vs lttng-syscallstats | {t_ours} vs {t_theirs}; {} of {} syscall names equal |",
+            names.len() - differing.len(),
+            names.len()
+        );
+        for d in differing.iter().take(10) {
+            println!("| differs | {d} |");
+        }
+    }
+
+    fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+        std::fs::create_dir_all(to)?;
+        for entry in std::fs::read_dir(from)? {
+            let p = entry?.path();
+            let Some(name) = p.file_name() else { continue };
+            if p.is_dir() {
+                copy_dir(&p, &to.join(name))?;
+            } else {
+                std::fs::copy(&p, to.join(name))?;
+            }
+        }
+        Ok(())
     }
 }

@@ -210,7 +210,18 @@ fn invalid_values_name_the_key_and_the_reason() {
     assert!(e.contains("statsd"), "{e}");
 
     let e = err_of("[sources.perf]\nenabled = true\n", ConfigFormat::Toml);
-    assert!(e.starts_with("sources.perf: enabled but none of"), "{e}");
+    assert!(
+        e.starts_with("sources.perf: enabled: set exactly one of"),
+        "{e}"
+    );
+    let e = err_of(
+        "[sources.perf]\nenabled = true\npids = [1]\ncgroup = \"a\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(
+        e.starts_with("sources.perf: enabled: set exactly one of"),
+        "{e}"
+    );
 
     let e = err_of("pipeline:\n  idle_seconds: 0\n", ConfigFormat::Yaml);
     assert!(e.starts_with("pipeline.idle_seconds: "), "{e}");

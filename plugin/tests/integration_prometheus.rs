@@ -248,10 +248,10 @@ fn agent_configs_reference_defined_components_and_parse_real_perf_lines() {
     assert!(out.status.success(), "{}", show(&out));
 }
 
-/// The live test: real `faultline run` replaying a real fault trace, scraped by the real
-/// Prometheus server with the shipped rules; the alert of faultline's verdict must fire with
-/// the report's hint and top syscall, every dashboard query must return data, and
-/// FaultlineDown must fire once faultline stops (about 30 s).
+/// The live test: two real `faultline run`s, each replaying a real fault trace (a CPU cap and
+/// a table lock), scraped by the real Prometheus server with the shipped rules; the alert of
+/// each faultline's verdict must fire with its report's hint and top syscall, every
+/// dashboard query must return data, and FaultlineDown must fire once they stop (~35 s).
 #[test]
 fn live_prometheus_alerts_and_dashboard_follow_faultline() {
     let script = repo().join("integration-tests/prometheus/live_test.py");

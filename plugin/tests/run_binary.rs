@@ -187,3 +187,138 @@ fn an_invalid_config_stops_startup_with_the_key_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("pipeline.queue_capacity"), "{err}");
 }
+
+#[test]
+fn a_real_lttng_trace_flows_through_babeltrace2_into_final_reports() {
+    let trace = Path::new("/work/shared/traces/lttng/bug446190");
+    if !trace.is_dir() {
+        eprintln!("skipped: the shared LTTng trace is not on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("reports.jsonl");
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            r#"
+[engine]
+kind = "native"
+[pipeline]
+idle_seconds = 0.2
+[sources.otlp]
+enabled = false
+[sources.lttng]
+enabled = true
+trace_dir = "{}"
+[sinks.prometheus]
+listen = "127.0.0.1:0"
+[sinks.json]
+enabled = true
+path = "{}"
+"#,
+            trace.display(),
+            jsonl.display()
+        ),
+    )
+    .unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+
+    // Every decoded event is either analysed or counted as dropped: nothing is lost silently.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut last = None;
+    let received = loop {
+        let (_, body) = http(run.addr, "GET", "/metrics");
+        let received = sample(&body, r#"faultline_events_received_total{source="lttng"}"#);
+        let analysed = sample(&body, "faultline_engine_events_total").unwrap_or(0.0);
+        let dropped: f64 = ["queue_full", "too_large", "no_target", "capped"]
+            .iter()
+            .filter_map(|r| {
+                sample(
+                    &body,
+                    &format!(r#"faultline_events_dropped_total{{source="lttng",reason="{r}"}}"#),
+                )
+            })
+            .sum();
+        if let Some(n) = received {
+            if n > 0.0 && last == Some(n) && analysed + dropped == n {
+                break n;
+            }
+        }
+        last = received;
+        assert!(
+            Instant::now() < deadline,
+            "LTTng events never settled: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(received > 1000.0, "only {received} events decoded");
+
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+    let finals: Vec<Report> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Report>(l).expect("report line"))
+        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
+        .collect();
+    assert!(!finals.is_empty(), "no final reports");
+    // One final report per discovered target (process name), each for a distinct target.
+    let mut names: Vec<&str> = finals.iter().map(|r| r.target.as_str()).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), finals.len());
+    assert!(names.iter().all(|n| !n.is_empty()));
+}
+
+#[test]
+fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
+    let trace = Path::new("/work/shared/traces/perf-faults/mariadb_cpu_cap/trace.txt.zst");
+    if !trace.is_file() {
+        eprintln!("skipped: the shared MariaDB trace is not on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("reports.jsonl");
+    let cfg = write_config(dir.path(), trace, &jsonl);
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = http(run.addr, "GET", "/metrics");
+        if sample(&body, r#"faultline_events_received_total{source="perf"}"#).unwrap_or(0.0) > 0.0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no events: {body}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+    let log: Vec<String> = run.log.try_iter().collect();
+    let finished = log
+        .iter()
+        .find(|l| l.contains("replay source finished"))
+        .expect("the replay source logs its end");
+    // 933,242 events in 4096-event batches is about 230 batches; stopping early reads fewer.
+    let batches: u64 = finished
+        .split("batches=")
+        .nth(1)
+        .and_then(|b| b.split_whitespace().next())
+        .and_then(|b| b.parse().ok())
+        .expect("batch count in the log line");
+    assert!(
+        batches < 200,
+        "the source was not stopped early: {finished}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let last: Report = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .last()
+        .map(|l| serde_json::from_str(l).expect("report line"))
+        .expect("a final report");
+    assert_eq!(last.target, "mariadbd");
+    assert_eq!(serde_json::to_value(last.trigger).unwrap(), "end_of_stream");
+}

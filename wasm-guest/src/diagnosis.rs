@@ -8,10 +8,12 @@
 //! unit began minutes before the fault is not given a huge onset.
 //!
 //! "Active in the window" (τ's denominator) means *testable right after the onset*: the
-//! thread had at least one moving average tested against a usable baseline between T0
-//! and T0 + α (plus the directly affected threads themselves, which were tested by
-//! definition). A thread parked in a timed wait, or one too new to have a baseline,
-//! could not have shown a direct impact and so does not dilute τ.
+//! thread made at least `min_active_calls` calls between T0 and T0 + α and had moving
+//! averages tested against a usable baseline there (plus the directly affected threads
+//! themselves). A thread parked in timed waits (MariaDB's background threads make 50–80
+//! calls/s, mostly 1 s futex/poll timeouts), or one too new to have a baseline, could not
+//! have shown a direct impact within α, and counting it would make every environment
+//! fault look local (measured: the CPU-cap case drops from τ = 1.0 to 0.5).
 
 use crate::report::{DecisionPath, Verdict};
 

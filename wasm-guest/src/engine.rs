@@ -4,8 +4,20 @@
 //! signatures without updating `abi` and `plugin/src/engine_host`).
 //!
 //! Each target is analysed independently ([`crate::target::Target`]); the engine only
-//! routes batches (one target lookup per batch), bounds the number of targets, restores
-//! per-batch time order, and collects the reports that become due.
+//! routes batches (one target lookup per batch), bounds the number of targets (extra
+//! targets' batches are dropped and counted in `dropped_targets`), restores per-batch
+//! time order, and collects the reports that become due.
+//!
+//! Pipeline per target: [`crate::pairing`] (enter/exit → calls) → [`crate::thread`]
+//! (execution units split on gaps > `gap_threshold`, k-moving averages per syscall of
+//! execution time, frequency and the off-CPU gap) → [`crate::detector`] (baselines
+//! learned from earlier clean epochs, outlier = above mean + Θσ *and* the baseline's
+//! maximum, confirmed by repeated or sustained exceedance) → [`crate::diagnosis`] (T0,
+//! σ, τ, Ω, Fig. 3 verdict with filtering mode) and [`crate::ranking`].
+//!
+//! Modes: continuous (`ingest` emits one report per target per cadence tick in event
+//! time, T0 detected), on demand (`trigger(target, T)`: T0 = T, the paper's setting),
+//! end of stream (`finish`) and calibration (`calibrate`: α = largest σ, β = Ω).
 
 use std::collections::HashMap;
 

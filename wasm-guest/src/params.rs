@@ -102,7 +102,7 @@ impl Default for Params {
             confirm_window_seconds: 1.0,
             min_time_increase: 0.5,
             min_frequency_increase: 1.0,
-            max_syscalls_per_thread: 24,
+            max_syscalls_per_thread: 16,
             min_affected_threads: 2,
             min_active_calls: 100,
         }
@@ -215,7 +215,7 @@ impl Params {
             1,
             1000,
         )?;
-        in_range("confirm_runs", self.confirm_runs, 1, 8)?;
+        in_range("confirm_runs", self.confirm_runs, 1, 4)?;
         positive_seconds("confirm_window_seconds", self.confirm_window_seconds)?;
         for (key, v) in [
             ("min_time_increase", self.min_time_increase),

@@ -227,3 +227,73 @@ pub struct Calibration {
     pub window_start_ns: u64,
     pub window_end_ns: u64,
 }
+
+/// Rounds to 12 significant digits so every float in a report survives a JSON round trip
+/// bit-exactly (serde_json's default parser is exact only for short mantissas); the
+/// native and WASM engines then produce identical JSON.
+pub fn tidy(x: f64) -> f64 {
+    if x == 0.0 || !x.is_finite() {
+        return x;
+    }
+    // Values below 1e-11 keep fewer digits (a power of ten above 1e22 is not exact).
+    let e = (11 - x.abs().log10().floor() as i32).min(22);
+    if e < -22 {
+        return x;
+    }
+    let p = 10f64.powi(e.abs());
+    if e >= 0 {
+        (x * p).round() / p
+    } else {
+        (x / p).round() * p
+    }
+}
+
+impl Report {
+    /// Applies [`tidy`] to every float of the report.
+    pub fn tidy(&mut self) {
+        self.impact_factor = tidy(self.impact_factor);
+        self.impact_factor_filtered = self.impact_factor_filtered.map(tidy);
+        self.onset_dispersion_seconds = tidy(self.onset_dispersion_seconds);
+        let o = &mut self.onset_times_seconds;
+        for v in [&mut o.min, &mut o.p50, &mut o.p90, &mut o.max, &mut o.mean] {
+            *v = tidy(*v);
+        }
+        for r in self
+            .top_syscalls_by_time
+            .iter_mut()
+            .chain(self.top_syscalls_by_frequency.iter_mut())
+        {
+            r.increase_ratio = tidy(r.increase_ratio);
+        }
+        for s in &mut self.syscalls {
+            s.calls_per_second = tidy(s.calls_per_second);
+            s.mean_latency_seconds = tidy(s.mean_latency_seconds);
+        }
+        self.cpu_gap_increase_ratio = self.cpu_gap_increase_ratio.map(tidy);
+        for a in &mut self.affected_threads {
+            a.onset_seconds = tidy(a.onset_seconds);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tidy_floats_round_trip_through_json() {
+        for x in [
+            12.844444444444443,
+            4.183652377240842e-6,
+            0.1 + 0.2,
+            1e-12 / 3.0,
+            123456.789,
+        ] {
+            let t = tidy(x);
+            assert!((t - x).abs() <= x.abs() * 1e-11 + 1e-22);
+            let back: f64 = serde_json::from_str(&serde_json::to_string(&t).unwrap_or_default())
+                .unwrap_or(f64::NAN);
+            assert_eq!(back.to_bits(), t.to_bits(), "{x}");
+        }
+    }
+}

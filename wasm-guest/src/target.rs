@@ -10,6 +10,17 @@
 //! and activity ring (a few hundred KiB). With the defaults and 10,000 threads each using
 //! 24 syscalls that is ≈ 10,000 × (0.5 KiB + 24 × 0.2 KiB) ≈ 52 MiB worst case; a typical
 //! thread uses 5–10 syscalls (≈ 2 KiB). [`Target::bytes`] reports the actual capacities.
+//!
+//! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are
+//! counted (`untracked_calls`) and, per (thread, syscall), in a ChopStix epoch sketch
+//! ([`crate::sketch::EpochSketch`], `sketch_width` × `sketch_depth`, created on first
+//! overflow, fixed size ≈ 2·w·d·8 bytes = 1 MiB by default) instead of an exact map that
+//! would grow with threads × syscalls. When an episode is confirmed, the thread's
+//! overflowed syscalls get a frequency increase from the sketch (current epoch's rate vs
+//! the previous epoch's), so the frequency ranking still covers them. Count-min error:
+//! each estimate over-counts by at most e·N/w (N = calls added in the epoch) with
+//! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
+//! the epoch's overflowed calls, 98 % of the time.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -24,6 +35,7 @@ use crate::report::{
     AffectedThread, Calibration, DecisionPath, EngineCounters, OnsetDistribution, Report,
     SyscallActivity, ThreadCounts, Trigger, Verdict, REPORT_SCHEMA_VERSION,
 };
+use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{BinSet, Episode, Increase, Thread, EPISODE_TOP, GAP_KEY};
@@ -146,6 +158,10 @@ pub struct Target {
     next_tick_ns: Option<u64>,
     /// Threads with an episode in the current epoch.
     dirty_threads: u32,
+    /// Per-(thread, syscall) call counts of syscalls beyond the channel cap.
+    overflow: Option<EpochSketch>,
+    /// Which syscall ids ever overflowed (bitset).
+    overflow_ids: Vec<u64>,
     last_slot: Option<(u32, usize)>,
 }
 
@@ -169,6 +185,8 @@ impl Target {
             now_ns: 0,
             next_tick_ns: None,
             dirty_threads: 0,
+            overflow: None,
+            overflow_ids: Vec::new(),
             last_slot: None,
         }
     }
@@ -304,9 +322,7 @@ impl Target {
         let mut confirmed: Option<(u64, u16, bool)> = None;
         // 1. Execution units: split on a gap larger than the threshold.
         let mut gap = None;
-        if th.last_exit_ns == 0 {
-            th.start_unit(call.enter_ns);
-        } else if call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
+        if th.last_exit_ns == 0 || call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
             th.start_unit(call.enter_ns);
         } else if call.enter_ns >= th.last_exit_ns {
             gap = Some(call.enter_ns - th.last_exit_ns);
@@ -371,7 +387,27 @@ impl Target {
                     }
                 }
             }
-            None => c.untracked_calls += 1,
+            None => {
+                c.untracked_calls += 1;
+                if self.overflow.is_none() {
+                    self.overflow = EpochSketch::new(
+                        self.params.sketch_width,
+                        self.params.sketch_depth,
+                        SamplerConfig::default(),
+                    )
+                    .ok();
+                }
+                if let Some(sk) = self.overflow.as_mut() {
+                    sk.add(key2(th.tid as u64, key as u64), 1);
+                }
+                let (w, b) = ((key / 64) as usize, key % 64);
+                if self.overflow_ids.len() <= w {
+                    self.overflow_ids.resize(w + 1, 0);
+                }
+                if let Some(word) = self.overflow_ids.get_mut(w) {
+                    *word |= 1 << b;
+                }
+            }
         }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
@@ -383,7 +419,16 @@ impl Target {
                     th.dirty = true;
                     self.dirty_threads += 1;
                 }
-                let top = snapshot(th, &self.pools, d);
+                let epoch_start = self
+                    .next_tick_ns
+                    .map_or(call.enter_ns, |t| t.saturating_sub(d.cadence_ns));
+                let frac = (call.enter_ns.saturating_sub(epoch_start) as f32 / d.cadence_ns as f32)
+                    .clamp(0.05, 1.0);
+                let over = self
+                    .overflow
+                    .as_ref()
+                    .map(|sk| (sk, self.overflow_ids.as_slice(), frac));
+                let top = snapshot(th, &self.pools, d, over);
                 th.push_episode(Episode {
                     alarm_ns: run,
                     unit_start_ns: th.unit_start_ns,
@@ -423,6 +468,9 @@ impl Target {
         }
         let clean = target_clean;
         self.dirty_threads = 0;
+        if let Some(sk) = self.overflow.as_mut() {
+            sk.rotate();
+        }
         for p in &mut self.pools {
             p.dur.rotate(clean, max_n * 16.0);
             p.ia.rotate(clean, max_n * 16.0);
@@ -458,10 +506,11 @@ impl Target {
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
         // corroborated by `min_affected_threads` threads within α (an isolated thread's
-        // alarm is not an anomaly of the target). On demand: the alarm time itself, as
-        // in the paper (σ then measures how soon after the alarm each thread showed it).
+        // alarm is not an anomaly of the target). On demand: the alarm time T, as in the
+        // paper (σ then measures how soon after T each thread showed it), or an earlier
+        // corroborated onset in [T − W, T] when the alarm came late.
         let lo = match onset {
-            Onset::At(t) => t,
+            Onset::At(t) => t.saturating_sub(d.window_ns).max(from),
             Onset::Detect => from,
         };
         let mut alarms: Vec<u64> = self
@@ -480,7 +529,9 @@ impl Target {
             })
             .and_then(|w| w.first().copied());
         let t0 = match onset {
-            Onset::At(t) => Some(t),
+            // An alarm usually comes after the slowdown began: an earlier corroborated
+            // onset within the window wins; otherwise the alarm time, as in the paper.
+            Onset::At(t) => Some(cluster.map_or(t, |c| c.min(t))),
             Onset::Detect => cluster,
         };
         let mut findings = Vec::new();
@@ -565,7 +616,7 @@ impl Target {
         };
         let (syscalls, events) = self.activity_summary(from, to);
         let hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
-        Report {
+        let mut report = Report {
             schema_version: REPORT_SCHEMA_VERSION,
             target: self.name.clone(),
             trigger,
@@ -616,7 +667,9 @@ impl Target {
             } else {
                 None
             },
-        }
+        };
+        report.tidy();
+        report
     }
 
     /// A call still in flight at `to` that has already lasted far beyond its baseline:
@@ -738,8 +791,8 @@ impl Target {
         }
         Some(Calibration {
             target: self.name.clone(),
-            alpha_seconds: r.onset_times_seconds.max,
-            beta_seconds: r.onset_dispersion_seconds,
+            alpha_seconds: crate::report::tidy(r.onset_times_seconds.max),
+            beta_seconds: crate::report::tidy(r.onset_dispersion_seconds),
             affected_threads: r.threads.affected,
             window_start_ns: r.window_start_ns,
             window_end_ns: r.window_end_ns,
@@ -756,6 +809,8 @@ impl Target {
             + self.pools.capacity() * std::mem::size_of::<Pool>()
             + self.activity.capacity() * std::mem::size_of::<Activity>()
             + self.activity_events.capacity() * 8
+            + self.overflow.as_ref().map_or(0, EpochSketch::bytes)
+            + self.overflow_ids.capacity() * 8
     }
 
     /// Number of threads tracked.
@@ -818,7 +873,12 @@ fn feed(
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).
-fn snapshot(th: &Thread, pools: &[Pool], d: &Derived) -> [Increase; EPISODE_TOP] {
+fn snapshot(
+    th: &Thread,
+    pools: &[Pool],
+    d: &Derived,
+    overflow: Option<(&EpochSketch, &[u64], f32)>,
+) -> [Increase; EPISODE_TOP] {
     let mut out = [Increase::default(); EPISODE_TOP];
     let mut n = 0usize;
     let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
@@ -846,6 +906,29 @@ fn snapshot(th: &Thread, pools: &[Pool], d: &Derived) -> [Increase; EPISODE_TOP]
             all.push(inc);
         }
     }
+    // Overflowed syscalls: rate this epoch (so far) vs the previous epoch, from the sketch.
+    if let Some((sk, ids, frac)) = overflow {
+        for (w, word) in ids.iter().enumerate() {
+            let mut bits = *word;
+            while bits != 0 {
+                let b = bits.trailing_zeros();
+                bits &= bits - 1;
+                let id = (w as u64) * 64 + b as u64;
+                let key = key2(th.tid as u64, id);
+                let (cur, prev) = (sk.estimate_current(key), sk.estimate_previous(key));
+                if prev > 0 && cur > 0 {
+                    let freq = (cur as f32 / frac) / prev as f32 - 1.0;
+                    if freq > 0.0 && id <= u16::MAX as u64 {
+                        all.push(Increase {
+                            key: id as u16,
+                            time: 0.0,
+                            freq,
+                        });
+                    }
+                }
+            }
+        }
+    }
     all.sort_by(|a, b| b.time.max(b.freq).total_cmp(&a.time.max(a.freq)));
     for inc in all.into_iter().take(EPISODE_TOP) {
         if let Some(o) = out.get_mut(n) {
@@ -854,4 +937,30 @@ fn snapshot(th: &Thread, pools: &[Pool], d: &Derived) -> [Increase; EPISODE_TOP]
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syscalls_beyond_the_cap_go_to_the_sketch() {
+        let p = Params {
+            max_syscalls_per_thread: 2,
+            ..Params::default()
+        };
+        let mut t = Target::new("t", p);
+        let mut c = EngineCounters::default();
+        let before = t.bytes();
+        let evs: Vec<SyscallEvent> = (0..30u64)
+            .map(|i| SyscallEvent::complete(1, 1, SyscallId(1 + (i % 3) as u16), i * 1000, 10))
+            .collect();
+        t.ingest(&evs, &mut c);
+        // the gap channel and syscall 1 take the two channels: syscalls 2 and 3 overflow
+        assert_eq!(c.untracked_calls, 20);
+        let sk = t.overflow.as_ref().expect("sketch created on overflow");
+        assert!(sk.estimate_current(key2(1, 2)) >= 10);
+        assert!(t.bytes() >= before + sk.bytes());
+        assert_eq!(t.overflow_ids.first().map(|w| w & 0b1100), Some(0b1100));
+    }
 }

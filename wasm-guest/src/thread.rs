@@ -74,7 +74,11 @@ impl Series {
 }
 
 /// One syscall type (or the gap) of one thread.
+///
+/// Packed to 4-byte alignment (the entry time is the only 8-byte field): with up to
+/// `max_syscalls_per_thread` of these per thread they are most of the engine's state.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C, packed(4))]
 pub struct Chan {
     pub key: u16,
     /// Execution time (or gap length for [`GAP_KEY`]).
@@ -267,31 +271,41 @@ impl CallBins {
 }
 
 /// Everything the engine keeps about one thread.
+///
+/// `repr(C)` keeps the declared order: the fields every call touches come first so a
+/// call costs few cache lines (at 10,000 threads each event hits a cold thread); the
+/// episode list, read only by evaluations, is last and allocated on first use.
 #[derive(Clone, Debug, Default)]
+#[repr(C)]
 pub struct Thread {
-    pub tid: u32,
     pub last_seen_ns: u64,
-    pub pairer: Pairer,
-    pub unit_start_ns: u64,
     /// Exit time of the previous call (0 = no call yet).
     pub last_exit_ns: u64,
-    /// An episode was already recorded in the current unit (only the first counts).
-    pub unit_has_episode: bool,
+    pub unit_start_ns: u64,
     /// When the last episode was recorded (for the refractory period).
     pub last_episode_ns: u64,
+    pub tid: u32,
+    /// An episode was already recorded in the current unit (only the first counts).
+    pub unit_has_episode: bool,
     /// The thread had an episode in the current epoch: its own baselines skip this epoch.
     pub dirty: bool,
+    pub episode_pos: u8,
+    pub pairer: Pairer,
+    /// Channel keys, parallel to `chans`: the per-call lookup scans 2 bytes per channel
+    /// instead of a whole channel record.
+    pub keys: Vec<u16>,
     pub chans: Vec<Chan>,
     /// Ring slab: channel i owns `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
     pub rings: Vec<f32>,
-    pub episodes: [Option<Episode>; EPISODES_PER_THREAD],
-    pub episode_pos: u8,
     /// Bins in which any channel was tested.
     pub tested: BinSet,
-    /// Calls per bin.
-    pub calls: CallBins,
     /// Bins in which a disk/network I/O channel was tested (filtering mode).
     pub tested_io: BinSet,
+    /// Calls per bin.
+    pub calls: CallBins,
+    /// Most recent episodes, a ring of at most [`EPISODES_PER_THREAD`] (slot
+    /// `episode_pos` is written next); grows one at a time since most threads have none.
+    pub episodes: Vec<Episode>,
 }
 
 impl Thread {
@@ -304,17 +318,28 @@ impl Thread {
     }
 
     /// Index of `key`'s channel, creating it while under `cap`.
+    #[inline]
     pub fn chan_index(&mut self, key: u16, k: usize, cap: usize) -> Option<usize> {
-        if let Some(i) = self.chans.iter().position(|c| c.key == key) {
+        if let Some(i) = self.keys.iter().position(|&c| c == key) {
             return Some(i);
         }
+        self.add_chan(key, k, cap)
+    }
+
+    #[cold]
+    fn add_chan(&mut self, key: u16, k: usize, cap: usize) -> Option<usize> {
         if self.chans.len() >= cap {
             return None;
         }
+        // Exact growth: per-thread vectors are the bulk of the state at 10,000 threads.
+        self.chans.reserve_exact(1);
         self.chans.push(Chan {
             key,
             ..Chan::default()
         });
+        self.keys.reserve_exact(1);
+        self.keys.push(key);
+        self.rings.reserve_exact(2 * k);
         self.rings.resize(self.chans.len() * 2 * k, 0.0);
         Some(self.chans.len() - 1)
     }
@@ -333,7 +358,11 @@ impl Thread {
     pub fn push_episode(&mut self, e: Episode) {
         let i = (self.episode_pos as usize) % EPISODES_PER_THREAD;
         if let Some(slot) = self.episodes.get_mut(i) {
-            *slot = Some(e);
+            *slot = e;
+        } else {
+            // Until the ring is full, slot `episode_pos` is the next one to append.
+            self.episodes.reserve_exact(1);
+            self.episodes.push(e);
         }
         self.episode_pos = ((i + 1) % EPISODES_PER_THREAD) as u8;
     }
@@ -342,7 +371,6 @@ impl Thread {
     pub fn first_episode(&self, from: u64, to: u64) -> Option<Episode> {
         self.episodes
             .iter()
-            .flatten()
             .filter(|e| e.alarm_ns >= from && e.alarm_ns <= to)
             .min_by_key(|e| e.alarm_ns)
             .copied()
@@ -352,7 +380,9 @@ impl Thread {
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.chans.capacity() * std::mem::size_of::<Chan>()
+            + self.keys.capacity() * std::mem::size_of::<u16>()
             + self.rings.capacity() * std::mem::size_of::<f32>()
+            + self.episodes.capacity() * std::mem::size_of::<Episode>()
     }
 }
 

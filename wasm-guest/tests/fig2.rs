@@ -30,7 +30,11 @@ fn history(start: u64, seconds: u64) -> (Vec<SyscallEvent>, u64) {
     while t < start + seconds * 1000 * MS {
         ev.push(SyscallEvent::complete(PID, TID, read, t, MS));
         t += 2 * MS;
-        let d = if i % 2 == 0 { 19 * MS } else { 21 * MS };
+        let d = if i.is_multiple_of(2) {
+            19 * MS
+        } else {
+            21 * MS
+        };
         ev.push(SyscallEvent::complete(PID, TID, write, t, d));
         t += d + MS;
         i += 1;

@@ -55,6 +55,13 @@ fn slowdown_hitting_every_thread_at_once_is_external() {
     assert_eq!(r.verdict, Verdict::External, "{r:#?}");
     assert!(r.impact_factor > 0.9);
     assert_eq!(r.trigger, Trigger::OnDemand);
+    // An alarm that comes 5 s late still measures onsets from the corroborated onset.
+    let late = engine
+        .trigger("svc", fault_start_ns(&s) + 5_000_000_000)
+        .expect("report");
+    assert_eq!(late.verdict, Verdict::External, "{late:#?}");
+    let onset = late.anomaly_onset_ns.expect("onset");
+    assert!(onset >= fault_start_ns(&s) && onset < fault_start_ns(&s) + 1_000_000_000);
     // Continuous mode finds it on its own too.
     let last = engine.finish().pop().expect("final report");
     assert_eq!(last.verdict, Verdict::External, "{last:#?}");
@@ -85,10 +92,11 @@ fn fault_in_a_subset_of_threads_is_internal() {
 
 #[test]
 fn borderline_impact_is_resolved_by_dispersion() {
-    // Every thread is hit, but spread over 1.2 s with α = 1 s: ≈ 5/6 are direct
-    // (borderline τ) and the onsets disperse (Ω ≈ 0.35 s > β) → internal by Ω.
+    // Every thread is hit, but the onsets are spread over 5 s with α = 5 s: with the
+    // detection delay, ≈ 5/6 of the busy threads show it within α (borderline τ) and
+    // the onsets disperse (Ω ≫ β) → internal by Ω.
     let params = Params {
-        alpha_seconds: 1.0,
+        alpha_seconds: 5.0,
         beta_seconds: 0.25,
         ..Params::default()
     };
@@ -99,7 +107,7 @@ fn borderline_impact_is_resolved_by_dispersion() {
         Some(FaultSpec {
             start_seconds: FAULT_AT,
             affected_fraction: 1.0,
-            onset_spread_seconds: 1.2,
+            onset_spread_seconds: 5.0,
             duration_multiplier: 8.0,
             ..FaultSpec::default()
         }),
@@ -159,4 +167,37 @@ fn healthy_stream_stays_none_over_many_windows() {
     let last = engine.finish().pop().expect("final");
     assert_eq!(last.verdict, Verdict::None);
     assert!(last.events_analyzed > 0 && !last.syscalls.is_empty());
+}
+
+#[test]
+fn calibration_under_a_known_external_fault_gives_alpha_and_beta() {
+    let s = spec(
+        32,
+        50.0,
+        16,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 0.3,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let (_, mut engine) = run(&s, Params::default());
+    let cal = engine
+        .calibrate("svc", Some(fault_start_ns(&s)))
+        .expect("calibration");
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    // α is the largest onset among the affected threads, β their dispersion (§3.6).
+    assert_eq!(cal.alpha_seconds, r.onset_times_seconds.max);
+    assert_eq!(cal.beta_seconds, r.onset_dispersion_seconds);
+    assert!(cal.alpha_seconds >= 0.0 && cal.alpha_seconds < 10.0);
+    assert_eq!(cal.affected_threads, r.threads.affected);
+    // The calibrated values are valid parameters for the target.
+    let tuned = Params {
+        alpha_seconds: cal.alpha_seconds.max(0.01),
+        beta_seconds: cal.beta_seconds.max(0.01),
+        ..Params::default()
+    };
+    assert!(engine.set_target_params("svc", tuned).is_ok());
 }

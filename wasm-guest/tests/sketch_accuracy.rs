@@ -64,7 +64,7 @@ fn skewed_stream() -> (Vec<(u64, u64)>, HashMap<u64, u64>) {
         let tid = 1000 + threads.sample(&mut rng) as u64;
         let sc = syscalls.sample(&mut rng) as u64;
         // Mostly microseconds, sometimes a millisecond-scale block.
-        let weight = if rng.next() % 100 == 0 {
+        let weight = if rng.next().is_multiple_of(100) {
             1_000_000 + rng.next() % 9_000_000
         } else {
             200 + rng.next() % 20_000

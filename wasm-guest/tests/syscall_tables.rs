@@ -205,3 +205,36 @@ fn io_calls_feed_filtering_mode() {
         assert!(!SyscallId::from_name(name).subsystem().is_io(), "{name}");
     }
 }
+
+#[test]
+fn names_seen_in_the_real_lttng_traces_resolve() {
+    // Every syscall name in /work/shared/traces/lttng (x86_64 LTTng 2.8 `syscall_entry_*`,
+    // 32-bit ARM LTTng 2.5 `sys_*`), listed by `babeltrace2 DIR | grep -o ...`.
+    let x86_64_trace = "open write close set_robust_list clone madvise exit futex mmap mprotect \
+        munmap lseek read ioctl splice sync_file_range recvmsg poll newfstat fadvise64 ppoll \
+        rt_sigaction rt_sigprocmask writev setitimer select newstat getrlimit fcntl setresuid \
+        brk setresgid socket getuid connect clock_gettime setrlimit geteuid getdents \
+        epoll_wait wait4 setgroups sendto getegid access getgid umask set_tid_address \
+        readlinkat nanosleep exit_group execve alarm timerfd_settime sendmsg getresuid \
+        getresgid getgroups socketpair shutdown setuid setsockopt setpriority setgid recvfrom \
+        pwrite64 pread64 pipe newuname getsockname getsid getpriority getppid getpid getpgrp \
+        getpgid getcwd ftruncate dup2 dup clock_getres bind accept";
+    let arm32_trace = "ioctl splice sync_file_range2 rt_sigprocmask clock_gettime read \
+        rt_sigaction open arm_fadvise64_64 stat64 select mmap2 write close fstat64 mprotect \
+        epoll_wait gettimeofday recvmsg munmap sendmsg ppoll getuid access brk lstat64 geteuid \
+        getegid fcntl64 wait4 setpgid getgid getdents64 epoll_ctl socket poll writev shutdown \
+        setsockopt pipe openat newuname futex exit_group execve connect clone accept \
+        timerfd_settime syslog send readlink getrlimit fstatat64 set_tid_address \
+        set_robust_list";
+    for name in x86_64_trace
+        .split_whitespace()
+        .chain(arm32_trace.split_whitespace())
+    {
+        assert_ne!(SyscallId::from_name(name), SyscallId::UNKNOWN, "{name}");
+        assert_ne!(
+            SyscallId::from_name(&format!("sys_{name}")),
+            SyscallId::UNKNOWN,
+            "sys_{name}"
+        );
+    }
+}

@@ -301,7 +301,7 @@ fn render_diagnosis(d: &Report, out: &mut String) {
             .map(|f| format!(" (I/O-filtered {f:.3})"))
             .unwrap_or_default(),
         d.threads.directly_affected,
-        d.threads.total,
+        d.active_threads,
         d.threads.affected
     );
     let _ = writeln!(

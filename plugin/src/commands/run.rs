@@ -10,7 +10,13 @@ use crate::pipeline::runner;
 /// Loads the config (built-in defaults without a file), runs until SIGTERM/SIGINT, and
 /// returns once the final reports are flushed.
 pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
-    init_logging();
+    run_with(config_path, None)
+}
+
+/// [`run`] with an explicit log filter (`--log-level`, e.g. `debug` or
+/// `faultline=debug,info`), which wins over `RUST_LOG`.
+pub fn run_with(config_path: Option<&Path>, log_level: Option<&str>) -> anyhow::Result<()> {
+    init_logging(log_level)?;
     let cfg = config::load(config_path).map_err(|e| match config_path {
         Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
         None => anyhow::anyhow!("{e}"),
@@ -20,12 +26,15 @@ pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
         .thread_name("faultline-rt")
         .build()
         .context("cannot start the async runtime")?;
-    let summary = rt.block_on(async {
+    let result = rt.block_on(async {
         let shutdown = shutdown_signal().await?;
         runner::run(cfg, shutdown, None)
             .await
             .map_err(anyhow::Error::from)
-    })?;
+    });
+    // A live reader blocked on a silent child process must not keep us from exiting.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    let summary = result?;
     tracing::info!(
         events = summary.engine.events,
         reports = summary.engine.reports,
@@ -34,16 +43,22 @@ pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs go to stderr (stdout may carry JSON-lines reports); `RUST_LOG` filters, `info` by default.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+/// Logs go to stderr (stdout may carry JSON-lines reports); `--log-level`, else `RUST_LOG`,
+/// else `info`.
+fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
+    let filter = match level {
+        Some(l) => tracing_subscriber::EnvFilter::try_new(l)
+            .with_context(|| format!("invalid log level `{l}`"))?,
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+    };
     // Another caller (tests, the CLI) may have installed a subscriber already; keep theirs.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
+    Ok(())
 }
 
 /// Resolves on the first SIGTERM or SIGINT. Handlers are installed before returning so a

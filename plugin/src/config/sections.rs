@@ -75,8 +75,6 @@ pub struct PerfSourceConfig {
     pub cgroup: Option<String>,
     /// Start and trace this command (argv), instead of attaching.
     pub command: Vec<String>,
-    /// The `perf` executable.
-    pub perf_binary: Option<PathBuf>,
 }
 
 /// `[sources.lttng]`: an LTTng session read through babeltrace2 (off by default).
@@ -88,8 +86,6 @@ pub struct LttngSourceConfig {
     pub relayd_url: Option<String>,
     /// Or a CTF trace directory to read once.
     pub trace_dir: Option<PathBuf>,
-    /// The `babeltrace2` executable.
-    pub babeltrace2_binary: Option<PathBuf>,
 }
 
 /// `[sources.replay]`: feed a recorded trace file as if it were live (demos, tests,

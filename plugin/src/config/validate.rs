@@ -93,14 +93,13 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
             address(key, v)?;
         }
     }
-    if s.perf.enabled
-        && s.perf.pids.is_empty()
-        && s.perf.cgroup.is_none()
-        && s.perf.command.is_empty()
-    {
+    let perf_targets = usize::from(!s.perf.pids.is_empty())
+        + usize::from(s.perf.cgroup.is_some())
+        + usize::from(!s.perf.command.is_empty());
+    if s.perf.enabled && perf_targets != 1 {
         return Err(ConfigError::invalid(
             "sources.perf",
-            "enabled but none of pids, cgroup, command is set",
+            "enabled: set exactly one of pids, cgroup, command",
         ));
     }
     if s.lttng.enabled && s.lttng.relayd_url.is_none() && s.lttng.trace_dir.is_none() {

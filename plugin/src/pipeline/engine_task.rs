@@ -2,7 +2,6 @@
 //! while), so it runs on a dedicated OS thread that waits on the async queue through the
 //! runtime handle, routes each batch to its target, and fans reports out to the sinks.
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -98,6 +97,8 @@ impl EngineTask {
         mut batches: BatchReceiver,
         mut commands: mpsc::Receiver<EngineCommand>,
     ) -> EngineTaskSummary {
+        // Cleared however the thread ends (even by a panic in the engine).
+        let _alive = AliveGuard(self.alive.clone());
         let mut commands_open = true;
         loop {
             let idle = self.idle;
@@ -197,7 +198,6 @@ impl EngineTask {
         }
         self.refresh_counters();
         self.flush();
-        self.alive.store(false, Ordering::Relaxed);
         tracing::info!(
             batches = self.summary.batches,
             events = self.summary.events,
@@ -232,6 +232,10 @@ impl EngineTask {
     }
 
     fn publish(&mut self, reports: &[Report]) {
+        if !reports.is_empty() {
+            // Keep the engine counters in step with what the reports show.
+            self.refresh_counters();
+        }
         for r in reports {
             self.summary.reports += 1;
             tracing::info!(
@@ -262,10 +266,11 @@ impl EngineTask {
     }
 }
 
-/// Names of targets given their own parameters, for logging at startup.
-pub fn describe_targets(params: &[(String, Params)]) -> String {
-    let names: HashSet<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
-    let mut v: Vec<&str> = names.into_iter().collect();
-    v.sort_unstable();
-    v.join(", ")
+/// Marks the engine thread as gone when dropped.
+struct AliveGuard(Arc<AtomicBool>);
+
+impl Drop for AliveGuard {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Relaxed);
+    }
 }

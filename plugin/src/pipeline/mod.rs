@@ -6,4 +6,5 @@ pub mod queue;
 pub mod report_sink;
 pub mod router;
 pub mod runner;
+pub mod source_tasks;
 pub mod telemetry;

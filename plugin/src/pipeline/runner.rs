@@ -10,23 +10,21 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 
 use super::engine_task::{EngineTask, EngineTaskSummary};
 use super::latest::{LatestReports, LatestReportsSink};
-use super::queue::{self, BatchSender};
+use super::queue;
+use super::source_tasks::{start_otlp, start_pull_sources};
 use super::report_sink::ReportSink;
 use super::router::Router;
 use super::telemetry::Telemetry;
-use crate::config::{Config, ConfigError, ReplayFormat};
+use crate::config::{Config, ConfigError};
 use crate::engine_host::{self, EngineHost};
 use crate::sinks::http::{self, HttpState};
 use crate::sinks::jsonl::JsonLinesSink;
 use crate::sinks::otlp::OtlpSink;
 use crate::sinks::prometheus;
-use crate::sources::otlp::{self, OtlpServer};
-use crate::sources::perf::{parse_arch, PerfScriptReader};
-use crate::sources::BatchReader;
+use crate::sources::otlp;
 
 /// Commands queued towards the engine from HTTP (`/trigger`); small, callers get 503 when full.
 const COMMAND_QUEUE: usize = 16;
@@ -166,7 +164,7 @@ pub async fn run(
     drop(cmd_tx);
 
     let stop_sources = Arc::new(AtomicBool::new(false));
-    let sources = start_sources(&cfg, &tx, &telemetry, &stop_sources)?;
+    let sources = start_pull_sources(&cfg, &tx, &telemetry, &stop_sources)?;
     let otlp_server = start_otlp(&cfg, &tx, &telemetry).await?;
 
     shutdown.await;
@@ -194,7 +192,7 @@ pub async fn run(
     )
     .await;
     // The engine thread has dropped its handle: push the last metrics and verdict logs.
-    if let Some(sink) = otlp_sink.and_then(|s| Arc::into_inner(s)) {
+    if let Some(sink) = otlp_sink.and_then(Arc::into_inner) {
         match tokio::time::timeout(limit, sink.shutdown()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "OTLP sink failed to flush"),
@@ -226,100 +224,6 @@ fn build_engine(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Box<dyn Engi
         .map_err(|e| RunError::Engine(e.to_string()))?;
     tracing::info!(kind = host.kind().as_str(), "engine started");
     Ok(host)
-}
-
-/// Starts every enabled source; each gets its own [`BatchSender`] (its drops are counted
-/// against it) and stops when `stop` is set or its input ends.
-fn start_sources(
-    cfg: &Config,
-    tx: &mpsc::Sender<crate::model::EventBatch>,
-    telemetry: &Arc<Telemetry>,
-    stop: &Arc<AtomicBool>,
-) -> Result<Vec<JoinHandle<()>>, RunError> {
-    let mut handles = Vec::new();
-    let s = &cfg.sources;
-    if s.perf.enabled {
-        // TODO(sources): live `perf trace` spawn helper.
-        return Err(RunError::Unsupported("sources.perf (live)"));
-    }
-    if s.lttng.enabled {
-        // TODO(sources): LTTng live / trace-dir reader.
-        return Err(RunError::Unsupported("sources.lttng"));
-    }
-    if s.replay.enabled {
-        let path = s
-            .replay
-            .path
-            .clone()
-            .ok_or_else(|| ConfigError::invalid("sources.replay.path", "required"))?;
-        let arch = parse_arch(&s.replay.arch)
-            .ok_or_else(|| ConfigError::invalid("sources.replay.arch", "unknown architecture"))?;
-        let stats = telemetry.source("perf");
-        let reader: Box<dyn BatchReader> = match s.replay.format {
-            ReplayFormat::Perf => Box::new(
-                PerfScriptReader::open(&path, arch, stats.clone()).map_err(|e| RunError::Io {
-                    what: path.display().to_string(),
-                    source: std::io::Error::other(e.to_string()),
-                })?,
-            ),
-        };
-        let sender = BatchSender::new(tx.clone(), stats);
-        let stop = stop.clone();
-        handles.push(tokio::task::spawn_blocking(move || {
-            replay(reader, &sender, &stop)
-        }));
-    }
-    Ok(handles)
-}
-
-/// Pull source loop: backpressure (a full queue) slows the reader instead of dropping.
-fn replay(mut reader: Box<dyn BatchReader>, sender: &BatchSender, stop: &AtomicBool) {
-    let mut batches = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        match reader.next_batch() {
-            Ok(Some(b)) => {
-                if sender.blocking_send(b).is_err() {
-                    break;
-                }
-                batches += 1;
-            }
-            Ok(None) => break,
-            Err(e) => {
-                tracing::error!(error = %e, "replay source failed");
-                break;
-            }
-        }
-    }
-    tracing::info!(batches, "replay source finished");
-}
-
-/// Starts the OTLP receiver (gRPC and HTTP) when enabled; each front end gets its own
-/// sender so drops are labelled `otlp_grpc` / `otlp_http`.
-async fn start_otlp(
-    cfg: &Config,
-    tx: &mpsc::Sender<crate::model::EventBatch>,
-    telemetry: &Arc<Telemetry>,
-) -> Result<Option<OtlpServer>, RunError> {
-    if !cfg.sources.otlp.enabled {
-        return Ok(None);
-    }
-    let grpc = BatchSender::new(tx.clone(), telemetry.source(otlp::GRPC_SOURCE));
-    let http = BatchSender::new(tx.clone(), telemetry.source(otlp::HTTP_SOURCE));
-    // Stopped explicitly through `OtlpServer::stop` during the ordered shutdown.
-    let server = otlp::start(
-        &cfg.sources.otlp.receiver,
-        grpc,
-        http,
-        std::future::pending(),
-    )
-    .await?;
-    if let Some(a) = server.grpc_addr {
-        tracing::info!(grpc_address = %a, "OTLP/gRPC receiver listening");
-    }
-    if let Some(a) = server.http_addr {
-        tracing::info!(http_address = %a, "OTLP/HTTP receiver listening");
-    }
-    Ok(Some(server))
 }
 
 /// The OTLP sink shared with the runner, which needs it back at exit to flush it.

@@ -15,14 +15,17 @@ pub enum DropReason {
     NoTarget,
     /// A series or label cap was reached.
     Capped,
+    /// A record that carried no syscall (other telemetry sent to an OTLP endpoint).
+    NotSyscall,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 4] = [
+    pub const ALL: [DropReason; 5] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
         DropReason::NoTarget,
         DropReason::Capped,
+        DropReason::NotSyscall,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -31,6 +34,7 @@ impl DropReason {
             DropReason::TooLarge => "too_large",
             DropReason::NoTarget => "no_target",
             DropReason::Capped => "capped",
+            DropReason::NotSyscall => "not_syscall",
         }
     }
 }
@@ -41,7 +45,7 @@ pub struct SourceStats {
     pub name: &'static str,
     received: AtomicU64,
     decode_errors: AtomicU64,
-    dropped: [AtomicU64; 4],
+    dropped: [AtomicU64; DropReason::ALL.len()],
 }
 
 impl SourceStats {

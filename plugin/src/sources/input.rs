@@ -139,6 +139,87 @@ fn decoder<R: BufRead + Send + 'static>(
     })
 }
 
+/// The text formats a recorded trace file can be in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceFormat {
+    /// `perf script` output of syscall tracepoints.
+    PerfScript,
+    /// `perf trace` output (whole calls with durations).
+    PerfTrace,
+    /// `babeltrace2` text of an LTTng trace.
+    BabeltraceText,
+}
+
+/// Bytes sniffed to recognise a trace format (a few lines).
+const SNIFF_BYTES: usize = 64 * 1024;
+
+impl TraceFormat {
+    /// Recognises the format from the first lines of text, `None` if none fits.
+    pub fn sniff(head: &[u8]) -> Option<TraceFormat> {
+        let lines = head
+            .split(|b| *b == b'\n')
+            .map(|l| l.trim_ascii())
+            .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
+            .take(20);
+        for line in lines {
+            if line.starts_with(b"[") && memchr::memmem::find(line, b": {").is_some() {
+                return Some(TraceFormat::BabeltraceText);
+            }
+            if memchr::memmem::find(line, b"raw_syscalls:sys_").is_some()
+                || memchr::memmem::find(line, b" syscalls:sys_").is_some()
+            {
+                return Some(TraceFormat::PerfScript);
+            }
+            if memchr::memmem::find(line, b" ms): ").is_some()
+                || memchr::memmem::find(line, b"(         ): ").is_some()
+            {
+                return Some(TraceFormat::PerfTrace);
+            }
+        }
+        None
+    }
+}
+
+/// Opens any recorded trace with the right decoder: a directory is an LTTng CTF trace
+/// (decoded by babeltrace2), a file is sniffed for `perf script`, `perf trace` or
+/// babeltrace2 text (plain, `.zst` or `.gz`; `-` for stdin). `arch` names syscall numbers.
+pub fn open_trace(
+    path: &Path,
+    arch: faultline_engine::syscalls::Arch,
+    stats: Arc<crate::pipeline::telemetry::SourceStats>,
+) -> Result<Box<dyn super::BatchReader>, SourceError> {
+    if path.is_dir() || path.to_str().is_some_and(|p| p.starts_with("net://")) {
+        let input = path
+            .to_str()
+            .ok_or_else(|| SourceError::Invalid(format!("path {} is not UTF-8", path.display())))?;
+        return Ok(Box::new(super::lttng::open(input, arch, stats)?));
+    }
+    let (mut input, counter) = open_counted(path)?;
+    let io_err = |source| SourceError::Io {
+        what: path.display().to_string(),
+        source,
+    };
+    // Peek without consuming: BufRead keeps what fill_buf returned. Fill to SNIFF_BYTES at
+    // most by looking only at what one buffer holds (the buffer is 256 KiB).
+    let head = input.fill_buf().map_err(io_err)?;
+    let head = head.get(..head.len().min(SNIFF_BYTES)).unwrap_or_default();
+    let format = TraceFormat::sniff(head).ok_or_else(|| {
+        SourceError::Invalid(format!(
+            "{}: not a recognised trace (expected perf script, perf trace or babeltrace2 text, or an LTTng trace directory)",
+            path.display()
+        ))
+    })?;
+    Ok(match format {
+        TraceFormat::PerfScript => Box::new(super::perf::PerfScriptReader::with_progress(
+            input, arch, stats, counter,
+        )),
+        TraceFormat::PerfTrace => Box::new(super::perf::PerfTraceReader::new(input, stats)),
+        TraceFormat::BabeltraceText => {
+            Box::new(super::lttng::LttngTextReader::new(input, arch, stats))
+        }
+    })
+}
+
 /// Most stderr bytes of a child tool kept for the error message (its tail matters most).
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
 
@@ -434,5 +515,53 @@ mod tests {
                 .contains("not found in PATH (apt install x)"),
             "{err}"
         );
+    }
+    /// A pipe that hands out one byte per read, like a slow writer.
+    struct Trickle(Vec<u8>, usize);
+    impl Read for Trickle {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            match (self.0.get(self.1), buf.first_mut()) {
+                (Some(b), Some(slot)) => {
+                    *slot = *b;
+                    self.1 += 1;
+                    Ok(1)
+                }
+                _ => Ok(0),
+            }
+        }
+    }
+
+    #[test]
+    fn slow_pipe_still_recognises_zstd() {
+        let text = b"hello\n".repeat(50);
+        let z = zstd::encode_all(&text[..], 3).unwrap();
+        let (r, counter) = wrap(Box::new(Trickle(z.clone(), 0)), "").unwrap();
+        assert_eq!(read_all(r), text);
+        assert_eq!(counter.get(), z.len() as u64);
+    }
+
+    #[test]
+    fn formats_are_sniffed_from_real_line_shapes() {
+        let perf =
+            b"        mariadbd 11841/11874  2617.980260265:  raw_syscalls:sys_exit: NR 7 = 1\n";
+        let trace = b"   884666.297 ( 0.005 ms): ls/12973 mmap(len: 8192) = 0x7f\n";
+        let bt =
+            b"[1457113582.794575646] wilbrod syscall_entry_ioctl: { cpu_id = 5 }, { fd = 23 }\n";
+        assert_eq!(TraceFormat::sniff(perf), Some(TraceFormat::PerfScript));
+        assert_eq!(TraceFormat::sniff(trace), Some(TraceFormat::PerfTrace));
+        assert_eq!(TraceFormat::sniff(bt), Some(TraceFormat::BabeltraceText));
+        assert_eq!(TraceFormat::sniff(b"hello\nworld\n"), None);
+    }
+
+    #[test]
+    fn open_trace_rejects_unknown_text() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("notes.txt");
+        std::fs::write(&p, b"just some notes\n").unwrap();
+        let stats = Arc::new(crate::pipeline::telemetry::SourceStats::new("perf"));
+        let err = open_trace(&p, faultline_engine::syscalls::Arch::X86_64, stats)
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("not a recognised trace"), "{err}");
     }
 }

@@ -94,6 +94,7 @@ pub fn start_waiting(args: &[&str], env: &[(&str, &str)], keys: &[&str]) -> Runn
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!(
         "faultline did not report its addresses: {}",
         seen.join("\n")

@@ -96,62 +96,74 @@ pub fn encode_batch(
     let target_len =
         u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
     let n = u32::try_from(events.len()).map_err(|_| EncodeError::TooManyEvents(events.len()))?;
-    let perf: Vec<&PerfCounters> = events.iter().filter_map(|e| e.perf.as_ref()).collect();
-    // Fits: perf.len() <= events.len() <= u32::MAX.
-    let n_perf = perf.len() as u32;
+    let perf_count = events.iter().filter(|e| e.perf.is_some()).count();
+    // Fits: perf_count <= events.len() <= u32::MAX.
+    let n_perf = perf_count as u32;
     out.clear();
-    out.reserve(encoded_len(target, events));
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&BATCH_VERSION.to_le_bytes());
-    out.extend_from_slice(&target_len.to_le_bytes());
-    out.extend_from_slice(&n.to_le_bytes());
-    out.extend_from_slice(&n_perf.to_le_bytes());
-    out.extend_from_slice(target.as_bytes());
-    for e in events {
-        let mut rec = [0u8; RECORD_LEN];
+    // Sized once, then filled in place: no capacity check per field.
+    out.resize(
+        HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf_count * PERF_LEN,
+        0,
+    );
+    let (header, body) = out.split_at_mut(HEADER_LEN);
+    header[0..4].copy_from_slice(&MAGIC);
+    header[4..6].copy_from_slice(&BATCH_VERSION.to_le_bytes());
+    header[6..8].copy_from_slice(&target_len.to_le_bytes());
+    header[8..12].copy_from_slice(&n.to_le_bytes());
+    header[12..16].copy_from_slice(&n_perf.to_le_bytes());
+    let (name, body) = body.split_at_mut(target.len());
+    name.copy_from_slice(target.as_bytes());
+    let (records, perf_area) = body.split_at_mut(events.len() * RECORD_LEN);
+    for (e, rec) in events.iter().zip(records.chunks_exact_mut(RECORD_LEN)) {
         rec[0..4].copy_from_slice(&e.pid.to_le_bytes());
         rec[4..8].copy_from_slice(&e.tid.to_le_bytes());
         rec[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
         rec[10] = kind_code(e.kind);
         rec[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
             | if e.perf.is_some() { FLAG_PERF } else { 0 };
-        // rec[12..16] reserved, zero.
+        // rec[12..16] reserved, left zero.
         rec[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
         rec[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
         rec[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
-        out.extend_from_slice(&rec);
     }
-    for p in perf {
-        out.extend_from_slice(&p.cycles.to_le_bytes());
-        out.extend_from_slice(&p.instructions.to_le_bytes());
-        out.extend_from_slice(&p.cache_misses.to_le_bytes());
-        out.extend_from_slice(&p.context_switches.to_le_bytes());
+    let perf = events.iter().filter_map(|e| e.perf.as_ref());
+    for (p, block) in perf.zip(perf_area.chunks_exact_mut(PERF_LEN)) {
+        block[0..8].copy_from_slice(&p.cycles.to_le_bytes());
+        block[8..16].copy_from_slice(&p.instructions.to_le_bytes());
+        block[16..24].copy_from_slice(&p.cache_misses.to_le_bytes());
+        block[24..32].copy_from_slice(&p.context_switches.to_le_bytes());
     }
     Ok(())
 }
 
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    let mut x = [0u8; 2];
-    if let Some(s) = b.get(at..at + 2) {
-        x.copy_from_slice(s);
-    }
-    u16::from_le_bytes(x)
+/// Little-endian fields at constant offsets of a fixed-size record: the offsets are
+/// checked at compile time against the array length, so decoding has no runtime
+/// bounds checks and cannot panic.
+#[inline(always)]
+fn le16<const AT: usize, const N: usize>(r: &[u8; N]) -> u16 {
+    const { assert!(AT + 2 <= N) };
+    u16::from_le_bytes([r[AT], r[AT + 1]])
 }
 
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    if let Some(s) = b.get(at..at + 4) {
-        x.copy_from_slice(s);
-    }
-    u32::from_le_bytes(x)
+#[inline(always)]
+fn le32<const AT: usize, const N: usize>(r: &[u8; N]) -> u32 {
+    const { assert!(AT + 4 <= N) };
+    u32::from_le_bytes([r[AT], r[AT + 1], r[AT + 2], r[AT + 3]])
 }
 
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    if let Some(s) = b.get(at..at + 8) {
-        x.copy_from_slice(s);
-    }
-    u64::from_le_bytes(x)
+#[inline(always)]
+fn le64<const AT: usize, const N: usize>(r: &[u8; N]) -> u64 {
+    const { assert!(AT + 8 <= N) };
+    u64::from_le_bytes([
+        r[AT],
+        r[AT + 1],
+        r[AT + 2],
+        r[AT + 3],
+        r[AT + 4],
+        r[AT + 5],
+        r[AT + 6],
+        r[AT + 7],
+    ])
 }
 
 /// Decodes a batch into `events` (cleared first, capacity reused) and returns the target
@@ -176,18 +188,20 @@ fn decode_into<'a>(
     if bytes.len() < HEADER_LEN {
         return Err(DecodeError::ShortHeader(bytes.len()));
     }
-    let mut magic = [0u8; 4];
-    magic.copy_from_slice(bytes.get(0..4).unwrap_or(&[0; 4]));
+    let Some(Ok(header)) = bytes.get(..HEADER_LEN).map(<&[u8; HEADER_LEN]>::try_from) else {
+        return Err(DecodeError::ShortHeader(bytes.len()));
+    };
+    let magic = [header[0], header[1], header[2], header[3]];
     if magic != MAGIC {
         return Err(DecodeError::BadMagic(magic));
     }
-    let version = u16_at(bytes, 4);
+    let version = le16::<4, HEADER_LEN>(header);
     if version != BATCH_VERSION {
         return Err(DecodeError::Version(version));
     }
-    let target_len = usize::from(u16_at(bytes, 6));
-    let n = u32_at(bytes, 8);
-    let n_perf = u32_at(bytes, 12);
+    let target_len = usize::from(le16::<6, HEADER_LEN>(header));
+    let n = le32::<8, HEADER_LEN>(header);
+    let n_perf = le32::<12, HEADER_LEN>(header);
     // u64 arithmetic cannot overflow: every term is below 2^38.
     let expected = HEADER_LEN as u64
         + target_len as u64
@@ -212,42 +226,47 @@ fn decode_into<'a>(
         .chunks_exact(PERF_LEN);
     let mut flagged: u64 = 0;
     events.reserve(n as usize);
-    for (index, rec) in records.chunks_exact(RECORD_LEN).enumerate() {
-        let kind_byte = rec.get(10).copied().unwrap_or(0);
-        let kind = kind_from(kind_byte).ok_or(DecodeError::Kind {
+    for (index, chunk) in records.chunks_exact(RECORD_LEN).enumerate() {
+        let Ok(rec) = <&[u8; RECORD_LEN]>::try_from(chunk) else {
+            continue; // unreachable: chunks_exact yields RECORD_LEN bytes
+        };
+        let kind = kind_from(rec[10]).ok_or(DecodeError::Kind {
             index,
-            kind: kind_byte,
+            kind: rec[10],
         })?;
-        let flags = rec.get(11).copied().unwrap_or(0);
+        let flags = rec[11];
         if flags & !(FLAG_RET | FLAG_PERF) != 0 {
             return Err(DecodeError::Flags { index, flags });
         }
-        if u32_at(rec, 12) != 0 {
+        if le32::<12, RECORD_LEN>(rec) != 0 {
             return Err(DecodeError::Reserved { index });
         }
         let perf = if flags & FLAG_PERF != 0 {
             flagged += 1;
-            let p = perf_blocks.next().ok_or(DecodeError::PerfCount {
-                declared: n_perf,
-                flagged,
-            })?;
+            let p = perf_blocks
+                .next()
+                .and_then(|p| <&[u8; PERF_LEN]>::try_from(p).ok())
+                .ok_or(DecodeError::PerfCount {
+                    declared: n_perf,
+                    flagged,
+                })?;
             Some(PerfCounters {
-                cycles: u64_at(p, 0),
-                instructions: u64_at(p, 8),
-                cache_misses: u64_at(p, 16),
-                context_switches: u64_at(p, 24),
+                cycles: le64::<0, PERF_LEN>(p),
+                instructions: le64::<8, PERF_LEN>(p),
+                cache_misses: le64::<16, PERF_LEN>(p),
+                context_switches: le64::<24, PERF_LEN>(p),
             })
         } else {
             None
         };
         events.push(SyscallEvent {
-            pid: u32_at(rec, 0),
-            tid: u32_at(rec, 4),
-            syscall: SyscallId(u16_at(rec, 8)),
+            pid: le32::<0, RECORD_LEN>(rec),
+            tid: le32::<4, RECORD_LEN>(rec),
+            syscall: SyscallId(le16::<8, RECORD_LEN>(rec)),
             kind,
-            ts_ns: u64_at(rec, 16),
-            duration_ns: u64_at(rec, 24),
-            ret: (flags & FLAG_RET != 0).then(|| u64_at(rec, 32) as i64),
+            ts_ns: le64::<16, RECORD_LEN>(rec),
+            duration_ns: le64::<24, RECORD_LEN>(rec),
+            ret: (flags & FLAG_RET != 0).then(|| le64::<32, RECORD_LEN>(rec) as i64),
             perf,
         });
     }

@@ -185,7 +185,7 @@ impl Value {
     }
 
     /// The string's bytes, when it is a string.
-    pub fn str<'a>(self, line: &'a [u8]) -> Option<&'a [u8]> {
+    pub fn str(self, line: &[u8]) -> Option<&[u8]> {
         match self {
             Value::Str(a, b) => line.get(a..b),
             _ => None,

@@ -41,6 +41,11 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
     let stats = sender.stats();
     stats.add_received(decoded.events);
     stats.add_decode_errors(decoded.rejected);
+    // Other telemetry sent to the same endpoint is not an error, but it is not analysed either.
+    stats.add_dropped(
+        DropReason::NotSyscall,
+        decoded.not_syscall + decoded.unused_metric_points,
+    );
     counters
         .not_syscall
         .fetch_add(decoded.not_syscall, Ordering::Relaxed);

@@ -165,6 +165,8 @@ where
         let ingest = self.ingest.clone();
         let max = self.max_request_bytes;
         Box::pin(async move {
+            // Waiting here holds the stream, not its message: the body is read below.
+            let _permit = ingest.in_flight.clone().acquire_owned().await.ok();
             let mut accept = EnabledCompressionEncodings::default();
             accept.enable(CompressionEncoding::Gzip);
             let mut grpc = Grpc::new(RawCodec::<S::Resp>(PhantomData))

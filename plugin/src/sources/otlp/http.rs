@@ -65,10 +65,24 @@ pub(crate) async fn serve(
         .route(Metrics::HTTP_PATH, post(export::<Metrics>))
         .route(FLAT_JSON_PATH, post(flat))
         .layer(DefaultBodyLimit::max(max_request_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            limit_in_flight,
+        ))
         .with_state(state);
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+/// Runs before the body is read, so waiting requests hold a connection, not a body.
+async fn limit_in_flight(
+    State(state): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let _permit = state.ingest.in_flight.acquire().await.ok();
+    next.run(req).await
 }
 
 fn error(

@@ -24,6 +24,9 @@ pub(crate) struct Ingest {
     pub sender: BatchSender,
     pub names: Arc<OtlpAttributeNames>,
     pub counters: Arc<OtlpCounters>,
+    /// Requests being read or decoded at once; bodies are buffered whole, so this bounds
+    /// the receiver's memory at about `in_flight × max_request_bytes` (×2 while decoding).
+    pub in_flight: Arc<tokio::sync::Semaphore>,
 }
 
 /// A request that did not even decode: counted once as a decode error.

@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
 pub use attributes::OtlpAttributeNames;
@@ -29,6 +29,9 @@ pub use deliver::OtlpCounters;
 pub use http::FLAT_JSON_PATH;
 
 use crate::pipeline::queue::BatchSender;
+
+/// Requests each listener reads and decodes at once (see `ingest::Ingest::in_flight`).
+pub const MAX_IN_FLIGHT_REQUESTS: usize = 16;
 
 /// Source name (metric label) of the gRPC receiver.
 pub const GRPC_SOURCE: &str = "otlp_grpc";
@@ -161,6 +164,7 @@ pub async fn start(
             sender: grpc_sender,
             names: names.clone(),
             counters: grpc_counters.clone(),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_REQUESTS)),
         };
         let until = until_stopped();
         tasks.push(tokio::spawn(async move {
@@ -176,6 +180,7 @@ pub async fn start(
             sender: http_sender,
             names,
             counters: http_counters.clone(),
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_REQUESTS)),
         };
         let until = until_stopped();
         tasks.push(tokio::spawn(async move {

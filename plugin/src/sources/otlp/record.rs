@@ -67,7 +67,12 @@ pub(crate) fn map_record<A: Attrs + ?Sized>(
     time: RecordTime,
     name_fallback: Option<&str>,
 ) -> Mapped {
+    let is_exit = attrs
+        .get(&names.syscall_phase)
+        .is_some_and(|p| p.as_str() == Some("exit"));
     let syscall = match syscall_id(names, attrs, name_fallback) {
+        // A generic exit record (old LTTng `exit_syscall`): the engine's pairing names it.
+        None if is_exit => SyscallId::UNKNOWN,
         None => return Mapped::NotSyscall,
         Some(Err(r)) => return Mapped::Rejected(r),
         Some(Ok(id)) => id,
@@ -318,6 +323,15 @@ mod tests {
             panic!("not an event");
         };
         assert_eq!((e.kind, e.ts_ns, e.ret), (EventKind::Exit, 77, Some(8)));
+        // An exit record that names no call is still an exit; the engine pairs it by thread.
+        let generic = map(&[
+            ("thread.id", AttrValue::Int(3)),
+            ("syscall.phase", AttrValue::Str("exit")),
+        ]);
+        let Mapped::Event(e) = map_record(&names(), &generic, RecordTime::Instant(78), None) else {
+            panic!("not an event");
+        };
+        assert_eq!((e.kind, e.syscall), (EventKind::Exit, SyscallId::UNKNOWN));
     }
 
     #[test]

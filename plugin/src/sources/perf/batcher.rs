@@ -50,6 +50,8 @@ pub struct Batcher {
     by_pid: HashMap<u32, usize>,
     by_comm: HashMap<Vec<u8>, usize>,
     ready: VecDeque<EventBatch>,
+    /// The last process looked up: consecutive lines are mostly of one process.
+    last_pid: Option<(u32, usize)>,
     pending: usize,
     window_start_ns: Option<u64>,
 }
@@ -64,6 +66,7 @@ impl Batcher {
             by_pid: HashMap::new(),
             by_comm: HashMap::new(),
             ready: VecDeque::new(),
+            last_pid: None,
             pending: 0,
             window_start_ns: None,
         }
@@ -93,6 +96,11 @@ impl Batcher {
         }
     }
 
+    /// Whether a finished batch is waiting (readers return it before reading on).
+    pub fn has_ready(&self) -> bool {
+        !self.ready.is_empty()
+    }
+
     /// The next finished batch, if any.
     pub fn pop_ready(&mut self) -> Option<EventBatch> {
         let batch = self.ready.pop_front()?;
@@ -109,6 +117,7 @@ impl Batcher {
             self.groups.clear();
             self.by_pid.clear();
             self.by_comm.clear();
+            self.last_pid = None;
         }
         self.pending = 0;
     }
@@ -135,12 +144,18 @@ impl Batcher {
         }
         match owner {
             Owner::Pid { pid, comm, leader } => {
-                if let Some(&idx) = self.by_pid.get(&pid) {
+                let cached = match self.last_pid {
+                    Some((last, idx)) if last == pid => Some(idx),
+                    _ => self.by_pid.get(&pid).copied(),
+                };
+                if let Some(idx) = cached {
+                    self.last_pid = Some((pid, idx));
                     self.rename_if_needed(idx, comm, leader);
                     return idx;
                 }
                 let idx = self.new_group(Some(pid), comm);
                 self.by_pid.insert(pid, idx);
+                self.last_pid = Some((pid, idx));
                 idx
             }
             Owner::Comm(comm) => {

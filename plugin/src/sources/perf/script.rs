@@ -43,9 +43,7 @@ impl PerfScriptReader<Box<dyn BufRead + Send>> {
     /// [`BatchReader::bytes_read`] then counts file bytes, comparable with the file size.
     pub fn open(path: &Path, arch: Arch, stats: Arc<SourceStats>) -> Result<Self, SourceError> {
         let (input, counter) = open_counted(path)?;
-        let mut reader = Self::new(input, arch, stats);
-        reader.raw_bytes = Some(counter);
-        Ok(reader)
+        Ok(Self::with_progress(input, arch, stats, counter))
     }
 }
 
@@ -68,6 +66,19 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
         }
     }
 
+    /// A reader whose [`BatchReader::bytes_read`] reports `counter` (raw file bytes from
+    /// [`open_counted`]) instead of decompressed text bytes.
+    pub fn with_progress(
+        input: R,
+        arch: Arch,
+        stats: Arc<SourceStats>,
+        counter: ByteCounter,
+    ) -> Self {
+        let mut reader = Self::new(input, arch, stats);
+        reader.raw_bytes = Some(counter);
+        reader
+    }
+
     /// Decompressed text bytes consumed so far (for throughput figures).
     pub fn text_bytes(&self) -> u64 {
         self.bytes
@@ -78,25 +89,64 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
         self.line_no
     }
 
-    fn event(&self, l: &ScriptLine<'_>) -> SyscallEvent {
-        let syscall = match l.call {
-            Call::Number(nr) => u32::try_from(nr)
-                .map(|nr| SyscallId::from_number(self.arch, nr))
-                .unwrap_or(SyscallId::UNKNOWN),
-            Call::Name(name) => std::str::from_utf8(name)
-                .map(SyscallId::from_name)
-                .unwrap_or(SyscallId::UNKNOWN),
-        };
-        let pid = l.pid.unwrap_or(l.tid);
-        match l.half {
-            Half::Enter => SyscallEvent::enter(pid, l.tid, syscall, l.ts_ns),
-            Half::Exit => SyscallEvent::exit(pid, l.tid, syscall, l.ts_ns, l.ret),
+}
+
+/// The engine event of a decoded line; without a pid (default field set) `pid = tid`.
+fn event_of(arch: Arch, l: &ScriptLine<'_>) -> SyscallEvent {
+    let syscall = match l.call {
+        Call::Number(nr) => u32::try_from(nr)
+            .map(|nr| SyscallId::from_number(arch, nr))
+            .unwrap_or(SyscallId::UNKNOWN),
+        Call::Name(name) => std::str::from_utf8(name)
+            .map(SyscallId::from_name)
+            .unwrap_or(SyscallId::UNKNOWN),
+    };
+    let pid = l.pid.unwrap_or(l.tid);
+    match l.half {
+        Half::Enter => SyscallEvent::enter(pid, l.tid, syscall, l.ts_ns),
+        Half::Exit => SyscallEvent::exit(pid, l.tid, syscall, l.ts_ns, l.ret),
+    }
+}
+
+/// The parts of the reader a line updates (split out so a line can borrow the input buffer).
+struct LineSink<'a> {
+    arch: Arch,
+    parser: &'a LineParser,
+    batcher: &'a mut Batcher,
+    stats: &'a SourceStats,
+    log: &'a mut DecodeLog,
+}
+
+impl LineSink<'_> {
+    fn handle(&mut self, line_no: u64, line: &[u8]) {
+        match self.parser.parse(line) {
+            Parsed::Syscall(l) => {
+                let event = event_of(self.arch, &l);
+                let owner = match l.pid {
+                    Some(pid) => Owner::Pid {
+                        pid,
+                        comm: l.comm,
+                        leader: pid == l.tid,
+                    },
+                    None => Owner::Comm(l.comm),
+                };
+                self.batcher.push(owner, event);
+            }
+            Parsed::Skip => {}
+            Parsed::Malformed => {
+                self.stats.add_decode_errors(1);
+                self.log.bad_line(line_no, line);
+            }
         }
     }
 }
 
 impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
     fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
+        let io_err = |source| SourceError::Io {
+            what: "perf script input".into(),
+            source,
+        };
         loop {
             if let Some(batch) = self.batcher.pop_ready() {
                 return Ok(Some(batch));
@@ -104,43 +154,51 @@ impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
             if self.eof {
                 return Ok(None);
             }
-            self.line.clear();
-            let n = self
-                .input
-                .read_until(b'\n', &mut self.line)
-                .map_err(|source| SourceError::Io {
-                    what: "perf script input".into(),
-                    source,
-                })?;
-            if n == 0 {
-                self.eof = true;
-                self.batcher.flush_all();
+            let mut sink = LineSink {
+                arch: self.arch,
+                parser: &self.parser,
+                batcher: &mut self.batcher,
+                stats: &self.stats,
+                log: &mut self.log,
+            };
+            if !self.line.is_empty() {
+                // Finish a line that straddled two buffer fills.
+                let n = self
+                    .input
+                    .read_until(b'\n', &mut self.line)
+                    .map_err(io_err)?;
+                self.bytes += n as u64;
+                self.line_no += 1;
+                sink.handle(self.line_no, &self.line);
+                self.line.clear();
                 continue;
             }
-            self.bytes += n as u64;
-            self.line_no += 1;
-            match self.parser.parse(&self.line) {
-                Parsed::Syscall(l) => {
-                    let event = self.event(&l);
-                    let owner = match l.pid {
-                        Some(pid) => Owner::Pid {
-                            pid,
-                            comm: l.comm,
-                            leader: pid == l.tid,
-                        },
-                        None => Owner::Comm(l.comm),
-                    };
-                    self.batcher.push(owner, event);
-                }
-                Parsed::Skip => {}
-                Parsed::Malformed => {
-                    self.stats.add_decode_errors(1);
-                    self.log.bad_line(self.line_no, &self.line);
+            // Fast path: parse whole lines in place in the input's buffer (no copy).
+            let buf = self.input.fill_buf().map_err(io_err)?;
+            if buf.is_empty() {
+                self.eof = true;
+                sink.batcher.flush_all();
+                continue;
+            }
+            let mut used = 0;
+            while let Some(nl) = buf.get(used..).and_then(|rest| memchr::memchr(b'\n', rest)) {
+                let end = used + nl + 1;
+                self.line_no += 1;
+                sink.handle(self.line_no, buf.get(used..end).unwrap_or_default());
+                used = end;
+                if sink.batcher.has_ready() {
+                    break;
                 }
             }
+            if used == 0 {
+                // No complete line buffered: keep the fragment, read_until completes it.
+                self.line.extend_from_slice(buf);
+                used = buf.len();
+            }
+            self.bytes += used as u64;
+            self.input.consume(used);
         }
     }
-
     fn bytes_read(&self) -> u64 {
         self.raw_bytes.as_ref().map_or(self.bytes, ByteCounter::get)
     }

@@ -82,6 +82,13 @@ fn parse_inner(line: &[u8]) -> Option<TraceParsed<'_>> {
     let ret = match memmem::rfind(call, b" = ") {
         Some(eq) => parse_ret(trim(call.get(eq + 3..)?))?,
         None if call.ends_with(b"...") => return Some(TraceParsed::Skip),
+        // perf sometimes prints nothing after `=` (seen for getppid).
+        None if call
+            .strip_suffix(b"=")
+            .is_some_and(|c| trim(c).ends_with(b")")) =>
+        {
+            None
+        }
         None => return None,
     };
     let duration_ns = if dur_tok.is_empty() {

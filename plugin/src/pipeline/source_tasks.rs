@@ -1,0 +1,159 @@
+//! Starting the configured sources of `faultline run`: pull sources (replay, live perf,
+//! LTTng) on the blocking pool with backpressure, and the OTLP receiver, each feeding the
+//! engine queue through its own [`BatchSender`] so drops are counted per source.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use faultline_engine::syscalls::Arch;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use super::queue::BatchSender;
+use super::runner::RunError;
+use super::telemetry::{SourceStats, Telemetry};
+use crate::config::{Config, ConfigError, ReplayFormat};
+use crate::model::EventBatch;
+use crate::sources::lttng::{self, reader as lttng_reader};
+use crate::sources::otlp::{self, OtlpServer};
+use crate::sources::perf::live::{self as perf_live, PerfTarget};
+use crate::sources::perf::{parse_arch, script as perf_script, PerfScriptReader};
+use crate::sources::{BatchReader, SourceError};
+
+/// Starts every enabled source; each gets its own [`BatchSender`] (its drops are counted
+/// against it) and stops when `stop` is set or its input ends.
+pub fn start_pull_sources(
+    cfg: &Config,
+    tx: &mpsc::Sender<EventBatch>,
+    telemetry: &Arc<Telemetry>,
+    stop: &Arc<AtomicBool>,
+) -> Result<Vec<JoinHandle<()>>, RunError> {
+    let mut handles = Vec::new();
+    let s = &cfg.sources;
+    if s.perf.enabled {
+        let target = if !s.perf.pids.is_empty() {
+            PerfTarget::Pids(s.perf.pids.clone())
+        } else if let Some(cg) = &s.perf.cgroup {
+            PerfTarget::Cgroup(cg.clone())
+        } else {
+            PerfTarget::Command(s.perf.command.clone())
+        };
+        let stats = telemetry.source(perf_script::SOURCE);
+        let reader = perf_live::spawn_script(&target, host_arch()?, stats.clone())
+            .map_err(|e| source_error("sources.perf", &e))?;
+        tracing::info!(?target, "live perf source started");
+        handles.push(spawn_pull(Box::new(reader), tx, stats, stop, "perf"));
+    }
+    if s.lttng.enabled {
+        let input = match (&s.lttng.relayd_url, &s.lttng.trace_dir) {
+            (Some(url), _) => url.clone(),
+            (None, Some(dir)) => dir.display().to_string(),
+            (None, None) => {
+                return Err(
+                    ConfigError::invalid("sources.lttng", "needs relayd_url or trace_dir").into(),
+                )
+            }
+        };
+        let stats = telemetry.source(lttng_reader::SOURCE);
+        let reader = lttng::open(&input, host_arch()?, stats.clone())
+            .map_err(|e| source_error("sources.lttng", &e))?;
+        tracing::info!(%input, "LTTng source started");
+        handles.push(spawn_pull(Box::new(reader), tx, stats, stop, "lttng"));
+    }
+    if s.replay.enabled {
+        let path = s
+            .replay
+            .path
+            .clone()
+            .ok_or_else(|| ConfigError::invalid("sources.replay.path", "required"))?;
+        let arch = parse_arch(&s.replay.arch)
+            .ok_or_else(|| ConfigError::invalid("sources.replay.arch", "unknown architecture"))?;
+        let stats = telemetry.source("perf");
+        let reader: Box<dyn BatchReader> = match s.replay.format {
+            ReplayFormat::Perf => Box::new(
+                PerfScriptReader::open(&path, arch, stats.clone())
+                    .map_err(|e| source_error(&path.display().to_string(), &e))?,
+            ),
+        };
+        handles.push(spawn_pull(reader, tx, stats, stop, "replay"));
+    }
+    Ok(handles)
+}
+
+/// Runs a pull source on the blocking pool until its input ends or `stop` is set.
+fn spawn_pull(
+    reader: Box<dyn BatchReader>,
+    tx: &mpsc::Sender<EventBatch>,
+    stats: Arc<SourceStats>,
+    stop: &Arc<AtomicBool>,
+    name: &'static str,
+) -> JoinHandle<()> {
+    let sender = BatchSender::new(tx.clone(), stats);
+    let stop = stop.clone();
+    tokio::task::spawn_blocking(move || pull(reader, &sender, &stop, name))
+}
+
+/// Pull source loop: backpressure (a full queue) slows the reader instead of dropping.
+fn pull(mut reader: Box<dyn BatchReader>, sender: &BatchSender, stop: &AtomicBool, name: &str) {
+    let mut batches = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        match reader.next_batch() {
+            Ok(Some(b)) => {
+                if sender.blocking_send(b).is_err() {
+                    break;
+                }
+                batches += 1;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!(error = %e, "{name} source failed");
+                break;
+            }
+        }
+    }
+    tracing::info!(batches, "{name} source finished");
+}
+
+/// Live sources trace this machine, so syscall numbers are this machine's.
+fn host_arch() -> Result<Arch, RunError> {
+    parse_arch(std::env::consts::ARCH).ok_or(RunError::Unsupported(
+        "live tracing on this CPU architecture",
+    ))
+}
+
+fn source_error(what: &str, e: &SourceError) -> RunError {
+    RunError::Io {
+        what: what.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// Starts the OTLP receiver (gRPC and HTTP) when enabled; each front end gets its own
+/// sender so drops are labelled `otlp_grpc` / `otlp_http`.
+pub async fn start_otlp(
+    cfg: &Config,
+    tx: &mpsc::Sender<EventBatch>,
+    telemetry: &Arc<Telemetry>,
+) -> Result<Option<OtlpServer>, RunError> {
+    if !cfg.sources.otlp.enabled {
+        return Ok(None);
+    }
+    let grpc = BatchSender::new(tx.clone(), telemetry.source(otlp::GRPC_SOURCE));
+    let http = BatchSender::new(tx.clone(), telemetry.source(otlp::HTTP_SOURCE));
+    // Stopped explicitly through `OtlpServer::stop` during the ordered shutdown.
+    let server = otlp::start(
+        &cfg.sources.otlp.receiver,
+        grpc,
+        http,
+        std::future::pending(),
+    )
+    .await?;
+    if let Some(a) = server.grpc_addr {
+        tracing::info!(grpc_address = %a, "OTLP/gRPC receiver listening");
+    }
+    if let Some(a) = server.http_addr {
+        tracing::info!(http_address = %a, "OTLP/HTTP receiver listening");
+    }
+    Ok(Some(server))
+}
+

@@ -1,0 +1,313 @@
+//! The LTTng source on the two real shared traces, checked against babeltrace2's own output,
+//! plus malformed inputs. Needs `babeltrace2` (skips loudly without it).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use faultline::model::EventBatch;
+use faultline::pipeline::telemetry::{DropReason, SourceStats};
+use faultline::sources::lttng::{self, LttngCounters, LttngTextReader};
+use faultline::sources::{BatchReader, SourceError};
+use faultline_engine::syscalls::Arch;
+use faultline_engine::{EventKind, SyscallId};
+
+const TRACES: &str = "/work/shared/traces/lttng";
+
+fn babeltrace_text(dir: &Path) -> Option<String> {
+    let out = Command::new("babeltrace2")
+        .args(["--clock-seconds", "--no-delta"])
+        .arg(dir)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Some(String::from_utf8(o.stdout).unwrap()),
+        _ => {
+            eprintln!("\n!!!!! SKIPPED: babeltrace2 missing or {dir:?} unreadable !!!!!\n");
+            None
+        }
+    }
+}
+
+fn trace(name: &str) -> Option<(std::path::PathBuf, String)> {
+    let dir = Path::new(TRACES).join(name);
+    if !dir.is_dir() {
+        eprintln!("\n!!!!! SKIPPED: {dir:?} missing !!!!!\n");
+        return None;
+    }
+    babeltrace_text(&dir).map(|t| (dir, t))
+}
+
+fn drain(r: &mut dyn BatchReader) -> Result<Vec<EventBatch>, SourceError> {
+    let mut out = Vec::new();
+    while let Some(b) = r.next_batch()? {
+        out.push(b);
+    }
+    Ok(out)
+}
+
+/// What babeltrace2's text says, counted with plain string handling (independent of the
+/// reader): syscall records per (half, name), split by whether a `sched_switch` had been
+/// seen on the record's CPU before it.
+#[derive(Default, Debug)]
+struct Expected {
+    after_switch: BTreeMap<(&'static str, SyscallId), u64>,
+    before_switch: u64,
+    all_records: u64,
+}
+
+fn expected(text: &str) -> Expected {
+    let mut e = Expected::default();
+    let mut switched: BTreeSet<String> = BTreeSet::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let (_ts, _host, event) = (words.next(), words.next(), words.next().unwrap());
+        let event = event.trim_end_matches(':');
+        let cpu = line
+            .split("cpu_id = ")
+            .nth(1)
+            .unwrap()
+            .split(|c: char| !c.is_ascii_digit())
+            .next()
+            .unwrap()
+            .to_string();
+        if event == "sched_switch" {
+            switched.insert(cpu);
+            continue;
+        }
+        let event = event.strip_prefix("compat_").unwrap_or(event);
+        let (half, name) = if let Some(n) = event.strip_prefix("syscall_entry_") {
+            ("enter", n)
+        } else if let Some(n) = event.strip_prefix("syscall_exit_") {
+            ("exit", n)
+        } else if event == "exit_syscall" {
+            ("exit", "unknown")
+        } else if let Some(n) = event.strip_prefix("sys_") {
+            ("enter", n)
+        } else {
+            continue;
+        };
+        e.all_records += 1;
+        if !switched.contains(&cpu) {
+            e.before_switch += 1;
+            continue;
+        }
+        let id = if name == "unknown" && half == "enter" {
+            let nr: u32 = line
+                .split(" id = ")
+                .nth(1)
+                .unwrap()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            SyscallId::from_number(Arch::X86_64, nr)
+        } else if name == "unknown" {
+            SyscallId::UNKNOWN
+        } else {
+            SyscallId::from_name(name)
+        };
+        *e.after_switch.entry((half, id)).or_insert(0) += 1;
+    }
+    e
+}
+
+fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
+    let mut m = BTreeMap::new();
+    for e in batches.iter().flat_map(|b| &b.events) {
+        let half = match e.kind {
+            EventKind::Enter => "enter",
+            EventKind::Exit => "exit",
+            EventKind::Complete => "complete",
+        };
+        *m.entry((half, e.syscall)).or_insert(0) += 1;
+    }
+    m
+}
+
+/// Pairs halves per thread in stream order: (completed calls, exits whose named call differs
+/// from the thread's pending entry — a wrong thread attribution shows up here).
+fn pair(batches: &[EventBatch]) -> (u64, u64) {
+    let mut pending: HashMap<u32, SyscallId> = HashMap::new();
+    let (mut completed, mut mismatched) = (0, 0);
+    for e in batches.iter().flat_map(|b| &b.events) {
+        match e.kind {
+            EventKind::Enter => {
+                pending.insert(e.tid, e.syscall);
+            }
+            EventKind::Exit => {
+                if let Some(entry) = pending.remove(&e.tid) {
+                    completed += 1;
+                    if e.syscall != SyscallId::UNKNOWN && e.syscall != entry {
+                        mismatched += 1;
+                    }
+                }
+            }
+            EventKind::Complete => {}
+        }
+    }
+    (completed, mismatched)
+}
+
+fn check_trace(name: &str) -> Option<(Vec<EventBatch>, LttngCounters, Expected)> {
+    let (dir, text) = trace(name)?;
+    let exp = expected(&text);
+
+    // Through a real babeltrace2 child process, as in production.
+    let stats = Arc::new(SourceStats::new("lttng"));
+    let mut r = lttng::open(dir.to_str().unwrap(), Arch::X86_64, stats.clone()).unwrap();
+    let batches = drain(&mut r).unwrap();
+    let counters = r.counters();
+
+    assert_eq!(
+        stats.decode_errors(),
+        0,
+        "{name}: babeltrace2 text must parse"
+    );
+    assert_eq!(counters.syscall_records, exp.all_records, "{name}");
+    // The principled difference: records before their CPU's first sched_switch have no
+    // known thread; they are dropped as no_target, nothing else is.
+    assert_eq!(counters.no_thread, exp.before_switch, "{name}");
+    assert_eq!(stats.dropped(DropReason::NoTarget), exp.before_switch);
+    assert_eq!(
+        emitted(&batches),
+        exp.after_switch,
+        "{name}: per-syscall counts"
+    );
+    assert_eq!(
+        stats.received(),
+        exp.all_records - exp.before_switch,
+        "{name}"
+    );
+    eprintln!(
+        "{name}: {} syscall records, {} before the first sched_switch of their CPU",
+        exp.all_records, exp.before_switch
+    );
+    Some((batches, counters, exp))
+}
+
+/// Entries of calls that return (`exit`/`exit_group` end the thread: no exit record).
+fn returning_enters(exp: &Expected) -> u64 {
+    let no_return = [
+        SyscallId::from_name("exit"),
+        SyscallId::from_name("exit_group"),
+    ];
+    exp.after_switch
+        .iter()
+        .filter(|((h, id), _)| *h == "enter" && !no_return.contains(id))
+        .map(|(_, n)| n)
+        .sum()
+}
+
+#[test]
+fn many_threads_counts_equal_babeltrace2() {
+    let Some((batches, _, exp)) = check_trace("many-threads") else {
+        return;
+    };
+    let enters = returning_enters(&exp);
+    let (completed, mismatched) = pair(&batches);
+    // Thread recovery is right: every exit names the call its thread entered.
+    assert_eq!(mismatched, 0);
+    assert!(completed * 100 >= enters * 99, "{completed} of {enters}");
+
+    // The traced program: one process, many threads, named from the fork/state-dump events.
+    let multi: Vec<_> = batches
+        .iter()
+        .filter(|b| b.process.comm.as_deref() == Some("multithread"))
+        .collect();
+    assert!(!multi.is_empty());
+    let pids: BTreeSet<_> = multi.iter().map(|b| b.process.pid).collect();
+    let tids: BTreeSet<_> = multi
+        .iter()
+        .flat_map(|b| &b.events)
+        .map(|e| e.tid)
+        .collect();
+    assert_eq!(pids.len(), 1, "{pids:?}");
+    assert!(tids.len() > 10, "{} threads", tids.len());
+}
+
+#[test]
+fn old_naming_trace_counts_equal_babeltrace2() {
+    let Some((batches, _, exp)) = check_trace("bug446190") else {
+        return;
+    };
+    // Old naming: every exit is the generic `exit_syscall`.
+    assert!(exp
+        .after_switch
+        .keys()
+        .filter(|(h, _)| *h == "exit")
+        .all(|(_, id)| *id == SyscallId::UNKNOWN));
+    let enters = returning_enters(&exp);
+    let (completed, _) = pair(&batches);
+    assert!(completed * 100 >= enters * 95, "{completed} of {enters}");
+}
+
+#[test]
+fn garbage_lines_between_real_ones_are_counted() {
+    let Some((_, text)) = trace("bug446190") else {
+        return;
+    };
+    let mut mixed = String::new();
+    let mut injected = 0;
+    for (i, line) in text.lines().take(5000).enumerate() {
+        if i % 100 == 7 {
+            mixed.push_str(&line[..line.len() / 2]);
+            mixed.push('\n');
+            injected += 1;
+        }
+        mixed.push_str(line);
+        mixed.push('\n');
+    }
+    mixed.push_str("[1.0] h event_without_fields:\n{ } }} [[\n");
+    let stats = Arc::new(SourceStats::new("lttng"));
+    let mut r = LttngTextReader::new(mixed.as_bytes(), Arch::X86_64, stats.clone());
+    drain(&mut r).unwrap();
+    // Half lines are malformed unless the cut happened to fall between two field groups.
+    assert!(stats.decode_errors() >= injected * 9 / 10 + 2);
+    assert!(stats.decode_errors() <= injected + 2);
+}
+
+#[test]
+fn broken_inputs_give_clear_errors() {
+    let stats = Arc::new(SourceStats::new("lttng"));
+    // Not a directory.
+    let err = lttng::open("/etc/hostname", Arch::X86_64, stats.clone())
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("not a directory"), "{err}");
+
+    // A directory without a trace: babeltrace2 fails; its reason reaches the error.
+    let empty = tempfile::tempdir().unwrap();
+    if let Ok(mut r) = lttng::open(empty.path().to_str().unwrap(), Arch::X86_64, stats.clone()) {
+        let err = drain(&mut r).unwrap_err().to_string();
+        assert!(err.contains("babeltrace2 failed"), "{err}");
+        assert!(
+            err.contains("No trace was found") || err.contains("ERROR"),
+            "{err}"
+        );
+    }
+
+    // A truncated CTF trace (a stream file cut short).
+    let src = Path::new(TRACES).join("bug446190");
+    if !src.is_dir() {
+        return;
+    }
+    let cut = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&src).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_file() {
+            std::fs::copy(&p, cut.path().join(p.file_name().unwrap())).unwrap();
+        }
+    }
+    let stream = cut.path().join("channel0_0");
+    let len = std::fs::metadata(&stream).unwrap().len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&stream)
+        .unwrap();
+    f.set_len(len / 3).unwrap();
+    let mut r = lttng::open(cut.path().to_str().unwrap(), Arch::X86_64, stats).unwrap();
+    let err = drain(&mut r).unwrap_err().to_string();
+    assert!(err.contains("babeltrace2 failed"), "{err}");
+}
