@@ -74,7 +74,6 @@ fn run() -> Result<(), String> {
     // The outer build's flags (coverage, native CPU, clippy's wrapper) are for the host
     // target; they would break or bloat the wasm build.
     for var in [
-        "CARGO_ENCODED_RUSTFLAGS",
         "RUSTFLAGS",
         "CARGO_BUILD_RUSTFLAGS",
         "RUSTC_WORKSPACE_WRAPPER",
@@ -84,6 +83,8 @@ fn run() -> Result<(), String> {
     ] {
         cmd.env_remove(var);
     }
+    // wasmtime runs WASM SIMD natively; without it LLVM cannot vectorize the engine's loops.
+    cmd.env("CARGO_ENCODED_RUSTFLAGS", "-Ctarget-feature=+simd128");
     // A small, fast, abort-on-panic guest regardless of the workspace's release profile
     // (which keeps debug info for the native binary's profiling).
     cmd.env("CARGO_PROFILE_RELEASE_OPT_LEVEL", "3")

@@ -133,16 +133,24 @@ mod lttng {
         compare_syscallstats(&batches, whole);
     }
 
+    /// Best of two runs of babeltrace2 alone (the first may pay for a cold page cache).
     fn time_babeltrace() -> Option<f64> {
-        let start = Instant::now();
-        let ok = Command::new("babeltrace2")
-            .args(["--clock-seconds", "--no-delta", TRACE])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .ok()?
-            .success();
-        ok.then(|| start.elapsed().as_secs_f64())
+        let mut best = f64::MAX;
+        for _ in 0..2 {
+            let start = Instant::now();
+            let ok = Command::new("babeltrace2")
+                .args(["--clock-seconds", "--no-delta", TRACE])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .ok()?
+                .success();
+            if !ok {
+                return None;
+            }
+            best = best.min(start.elapsed().as_secs_f64());
+        }
+        Some(best)
     }
 
     fn babeltrace_text() -> Option<Vec<u8>> {
@@ -193,6 +201,12 @@ mod lttng {
             return;
         };
         let text = String::from_utf8_lossy(&out.stdout);
+        // Both sides named through the engine's table, so kernel aliases (`newfstat` and
+        // `fstat`) compare as one call.
+        let canonical = |name: &str| match SyscallId::from_name(name) {
+            SyscallId::UNKNOWN => name.to_string(),
+            id => id.name().to_string(),
+        };
         let mut theirs: BTreeMap<String, u64> = BTreeMap::new();
         for line in text.lines() {
             let Some(rest) = line.strip_prefix(" - ") else {
@@ -200,7 +214,7 @@ mod lttng {
             };
             let mut w = rest.split_whitespace();
             if let (Some(name), Some(Ok(n))) = (w.next(), w.next().map(str::parse::<u64>)) {
-                *theirs.entry(name.to_string()).or_insert(0) += n;
+                *theirs.entry(canonical(name)).or_insert(0) += n;
             }
         }
         let ours = completed_per_name(batches);
@@ -221,7 +235,7 @@ mod lttng {
             names.len()
         );
         for d in differing.iter().take(10) {
-            println!("| differs | {d} |");
+            println!("| differs (faultline vs lttng-syscallstats) | {d} |");
         }
     }
 

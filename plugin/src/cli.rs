@@ -21,6 +21,9 @@ pub enum Command {
         /// TOML or YAML config; without it, built-in defaults that listen on loopback only.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Log filter (e.g. `debug`, `faultline=debug,info`); overrides RUST_LOG.
+        #[arg(long)]
+        log_level: Option<String>,
     },
     /// Diagnose a recorded trace offline.
     Analyze(commands::analyze::AnalyzeArgs),
@@ -34,7 +37,9 @@ pub enum Command {
 pub fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config } => commands::run::run(config.as_deref()),
+        Command::Run { config, log_level } => {
+            commands::run::run_with(config.as_deref(), log_level.as_deref())
+        }
         Command::Analyze(args) => commands::analyze::run(&args),
         Command::Calibrate(args) => commands::calibrate::run(&args),
         Command::CheckConfig { file } => commands::check_config::run(&file),

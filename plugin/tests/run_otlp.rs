@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use faultline_engine::Report;
-use run_support::{http, sample, signal, start_waiting, wait_exit};
+use run_support::{http, http_with_body, sample, signal, start_waiting, wait_exit};
 
 fn send(protocol: &str, endpoint: &str, service: &str, threads: u32, calls: u32) {
     let script =
@@ -99,6 +99,31 @@ path = "{}"
             r#"faultline_events_dropped_total{source="otlp_grpc",reason="queue_full"}"#
         ),
         Some(0.0)
+    );
+
+    // An Alertmanager webhook: the firing alert's `target` label and `startsAt` (Unix time,
+    // the clock OTLP events carry) ask for an on-demand diagnosis.
+    let now = Command::new("date")
+        .args(["-u", "+%Y-%m-%dT%H:%M:%S.%NZ"])
+        .output()
+        .expect("date");
+    let now = String::from_utf8_lossy(&now.stdout).trim().to_owned();
+    let webhook = format!(
+        r#"{{"version":"4","status":"firing","receiver":"faultline","alerts":[
+            {{"status":"firing","labels":{{"alertname":"Slow","target":"checkout"}},"startsAt":"{now}"}},
+            {{"status":"resolved","labels":{{"target":"payments"}},"startsAt":"{now}"}},
+            {{"status":"firing","labels":{{"alertname":"NoTarget"}},"startsAt":"{now}"}}]}}"#
+    );
+    let (status, body) = http_with_body(run.addr, "POST", "/trigger", &webhook);
+    assert_eq!(status, 200, "{body}");
+    let answer: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let reports: Vec<Report> = serde_json::from_value(answer["reports"].clone()).unwrap();
+    assert_eq!(reports.len(), 1, "{body}");
+    assert_eq!(reports[0].target, "checkout");
+    assert_eq!(
+        answer["skipped"].as_array().map(Vec::len),
+        Some(1),
+        "{body}"
     );
 
     signal(&run.child, "-TERM");

@@ -311,3 +311,45 @@ fn broken_inputs_give_clear_errors() {
     let err = drain(&mut r).unwrap_err().to_string();
     assert!(err.contains("babeltrace2 failed"), "{err}");
 }
+
+#[test]
+fn tiny_buffers_and_live_mode_decode_the_same_calls() {
+    let Some((_, text)) = trace("bug446190") else {
+        return;
+    };
+    let read = |cap: usize, live: bool| {
+        let stats = Arc::new(SourceStats::new("lttng"));
+        let input = std::io::BufReader::with_capacity(cap, text.as_bytes());
+        let r = LttngTextReader::new(input, Arch::X86_64, stats.clone());
+        let mut r = if live { r.live() } else { r };
+        let batches = drain(&mut r).unwrap();
+        assert_eq!(stats.decode_errors(), 0);
+        assert_eq!(r.bytes_read(), text.len() as u64);
+        (emitted(&batches), batches.len())
+    };
+    let (whole, n_whole) = read(1 << 16, false);
+    let (small, _) = read(37, false);
+    let (live, n_live) = read(200, true);
+    assert_eq!(whole, small);
+    assert_eq!(whole, live);
+    // Live mode hands over what has arrived instead of filling batches.
+    assert!(n_live > n_whole * 5, "{n_live} vs {n_whole}");
+}
+
+#[test]
+fn open_trace_recognises_directories_and_saved_text() {
+    let Some((dir, text)) = trace("bug446190") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let saved = tmp.path().join("bt.txt.zst");
+    std::fs::write(&saved, zstd::encode_all(text.as_bytes(), 3).unwrap()).unwrap();
+    let count = |p: &Path| {
+        let stats = Arc::new(SourceStats::new("lttng"));
+        let mut r = faultline::sources::input::open_trace(p, Arch::X86_64, stats.clone()).unwrap();
+        emitted(&drain(&mut *r).unwrap())
+    };
+    let from_dir = count(&dir);
+    assert!(!from_dir.is_empty());
+    assert_eq!(from_dir, count(&saved));
+}

@@ -415,3 +415,19 @@ fn lines_straddling_buffer_refills_decode_the_same() {
         assert_eq!(r.bytes_read(), trimmed.len() as u64);
     }
 }
+
+#[test]
+fn live_mode_emits_what_has_arrived_without_waiting_for_a_full_batch() {
+    let text = std::fs::read(data("perf_script_mariadb.txt")).unwrap();
+    let first_batch = |live: bool| {
+        // A small buffer stands for a pipe delivering a line or two at a time.
+        let input = std::io::BufReader::with_capacity(128, &text[..]);
+        let stats = Arc::new(SourceStats::new("perf"));
+        let r = PerfScriptReader::new(input, Arch::X86_64, stats);
+        let mut r = if live { r.live() } else { r };
+        r.next_batch().unwrap().unwrap().events.len()
+    };
+    assert!(first_batch(true) <= 2);
+    // Recorded files fill batches: all 400 events are one process within a second.
+    assert_eq!(first_batch(false), 400);
+}

@@ -75,13 +75,17 @@ impl Default for Epoch {
 }
 
 /// The three epochs of one baseline (see the module docs).
+///
+/// `repr(C)`: what every moving average reads or writes (`learn`, `base`, `epochs`)
+/// comes first and `prev`, touched once per epoch, last, so learning costs one line.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub struct Baseline {
     pub learn: Epoch,
-    pub prev: Epoch,
     pub base: Epoch,
     /// Approved epochs folded into `base`.
     pub epochs: u16,
+    pub prev: Epoch,
 }
 
 /// What a usable baseline says.
@@ -95,15 +99,29 @@ pub struct Reference {
 impl Baseline {
     /// Adds one moving average to the current epoch.
     pub fn learn(&mut self, x: f32, min_n: f32) {
+        let sd = self.trained_sd(min_n);
+        self.learn_with(x, sd);
+    }
+
+    /// The approved epoch's σ once it has `min_n` samples: computed once per moving
+    /// average and shared by [`Baseline::usable_with`] and [`Baseline::learn_with`]
+    /// (the approved epoch does not change in between), saving a square root and a
+    /// division per call of each.
+    #[inline]
+    pub fn trained_sd(&self, min_n: f32) -> Option<f32> {
+        (self.base.w.n >= min_n).then(|| self.base.w.std_dev())
+    }
+
+    /// [`Baseline::learn`] with `sd = self.trained_sd(min_n)` already computed.
+    #[inline]
+    pub fn learn_with(&mut self, x: f32, sd: Option<f32>) {
         if !x.is_finite() {
             return;
         }
         self.learn.hi = self.learn.hi.max(x);
-        let w = if self.base.w.n >= min_n {
-            let sd = self.base.w.std_dev();
-            x.clamp(self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd)
-        } else {
-            x
+        let w = match sd {
+            Some(sd) => x.clamp(self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd),
+            None => x,
         };
         self.learn.w.push(w);
     }
@@ -133,12 +151,19 @@ impl Baseline {
 
     /// The approved baseline, when it has enough samples to test against.
     pub fn usable(&self, min_n: f32, min_epochs: u16) -> Option<Reference> {
-        if self.base.w.n < min_n || self.epochs < min_epochs {
+        self.usable_with(self.trained_sd(min_n), min_epochs)
+    }
+
+    /// [`Baseline::usable`] with `sd = self.trained_sd(min_n)` already computed.
+    #[inline]
+    pub fn usable_with(&self, sd: Option<f32>, min_epochs: u16) -> Option<Reference> {
+        let sd = sd?;
+        if self.epochs < min_epochs {
             return None;
         }
         Some(Reference {
             mean: self.base.w.mean,
-            sd: self.base.w.std_dev(),
+            sd,
             hi: if self.base.hi.is_finite() {
                 self.base.hi
             } else {

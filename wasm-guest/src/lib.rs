@@ -23,6 +23,7 @@ pub mod event;
 pub mod hints;
 pub mod pairing;
 pub mod params;
+pub mod prefetch;
 pub mod ranking;
 pub mod report;
 pub mod sketch;
@@ -32,6 +33,7 @@ pub mod synth;
 pub mod syscalls;
 pub mod target;
 pub mod thread;
+pub mod tid_index;
 
 pub use engine::Engine;
 pub use event::{EventKind, PerfCounters, SyscallEvent};

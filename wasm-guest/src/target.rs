@@ -22,12 +22,9 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
-
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
-use crate::event::SyscallEvent;
+use crate::event::{EventKind, SyscallEvent};
 use crate::pairing::Call;
 use crate::params::{seconds_to_ns, Params};
 use crate::ranking::{self, Ranking};
@@ -39,27 +36,21 @@ use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{BinSet, Episode, Increase, Thread, EPISODE_TOP, GAP_KEY};
+use crate::tid_index::TidIndex;
 
-/// Multiplicative hash for tids: tids are dense small integers, so a Fibonacci multiply
-/// spreads them well at a fraction of SipHash's cost.
-#[derive(Default, Clone, Copy)]
-pub struct TidHasher(u64);
+/// A bin cache that matches no time (`lo > hi`).
+const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
 
-impl Hasher for TidHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ b as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, n: u32) {
-        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
+/// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
+/// enough to cover a memory latency, near enough that the lines are still in L1.
+const INDEX_AHEAD: usize = 16;
+/// Threads from which a target's state outgrows the caches and prefetching pays.
+const PREFETCH_MIN_THREADS: usize = 256;
+const FAR: usize = 8;
+const NEAR: usize = 4;
 
-type TidMap = HashMap<u32, u32, BuildHasherDefault<TidHasher>>;
+/// Leading bytes of a [`Thread`] that every call touches (see its field order).
+const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + 8;
 
 /// How the anomaly onset T0 of an evaluation is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -145,7 +136,7 @@ pub struct Target {
     params: Params,
     d: Derived,
     threads: Vec<Thread>,
-    index: TidMap,
+    index: TidIndex,
     /// Pools indexed by syscall id + 1; index 0 is the gap channel.
     pools: Vec<Pool>,
     /// Activity ring: `epochs × stride` entries.
@@ -163,6 +154,8 @@ pub struct Target {
     /// Which syscall ids ever overflowed (bitset).
     overflow_ids: Vec<u64>,
     last_slot: Option<(u32, usize)>,
+    /// `[lo, hi)` and index of the activity bin of the last call (see `bin_of`).
+    bin_cache: (u64, u64, u64),
 }
 
 impl Target {
@@ -175,7 +168,7 @@ impl Target {
             params,
             d,
             threads: Vec::new(),
-            index: TidMap::default(),
+            index: TidIndex::default(),
             pools: Vec::new(),
             activity: vec![Activity::default(); epochs * stride],
             activity_events: vec![0; epochs],
@@ -188,6 +181,7 @@ impl Target {
             overflow: None,
             overflow_ids: Vec::new(),
             last_slot: None,
+            bin_cache: EMPTY_BIN,
         }
     }
 
@@ -202,6 +196,7 @@ impl Target {
         let epochs_before = self.activity_events.len();
         self.d = Derived::new(&params);
         self.params = params;
+        self.bin_cache = EMPTY_BIN;
         if k_changed {
             for t in &mut self.threads {
                 t.rings = vec![0.0; t.chans.len() * 2 * self.d.k];
@@ -220,7 +215,33 @@ impl Target {
     /// Feeds one batch; returns the cadence reports that became due.
     pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
-        for ev in events {
+        // Staged prefetch: the tid index line `INDEX_AHEAD` events ahead, the thread
+        // record `FAR` ahead, then (once that is in cache) the channels and counters the call `NEAR` events ahead will touch.
+        let mut ahead = [u32::MAX; FAR];
+        if self.threads.len() >= PREFETCH_MIN_THREADS {
+            for ev in events.iter().take(INDEX_AHEAD) {
+                self.index.prefetch(ev.tid);
+            }
+            for j in 0..FAR.min(events.len()) {
+                self.prefetch_thread(events.get(j), j, &mut ahead);
+            }
+            for j in 0..NEAR.min(events.len()) {
+                self.prefetch_call(events.get(j), j, &ahead);
+            }
+        }
+        // Only worth it when the threads' state cannot stay in cache: with a few dozen
+        // threads the hints cost more than they save.
+        let prefetch = self.threads.len() >= PREFETCH_MIN_THREADS;
+        for (i, ev) in events.iter().enumerate() {
+            if prefetch {
+                // Large batches may come from memory too (a decoded file, a bench).
+                crate::prefetch::line(events.as_ptr().wrapping_add(i + 2 * INDEX_AHEAD));
+                if let Some(e) = events.get(i + INDEX_AHEAD) {
+                    self.index.prefetch(e.tid);
+                }
+                self.prefetch_thread(events.get(i + FAR), i + FAR, &mut ahead);
+                self.prefetch_call(events.get(i + NEAR), i + NEAR, &ahead);
+            }
             if self.first_ns.is_none() {
                 self.first_ns = Some(ev.ts_ns);
                 self.next_tick_ns = Some(ev.ts_ns.saturating_add(self.d.cadence_ns));
@@ -249,16 +270,81 @@ impl Target {
         due
     }
 
+    /// Stage 1 of the prefetch: finds event `j`'s thread (read-only; new threads are
+    /// skipped) and prefetches its hot fields; remembers the slot for stage 2.
+    #[inline]
+    fn prefetch_thread(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &mut [u32; FAR]) {
+        let Some(ev) = ev else {
+            return;
+        };
+        let slot = match self.last_slot {
+            Some((t, s)) if t == ev.tid => Some(s),
+            _ => self.index.get(ev.tid).map(|s| s as usize),
+        };
+        if let Some(a) = ahead.get_mut(j % FAR) {
+            *a = slot.map_or(u32::MAX, |s| s as u32);
+        }
+        if let Some(s) = slot {
+            crate::prefetch::range(self.threads.as_ptr().wrapping_add(s), THREAD_HOT_BYTES);
+        }
+    }
+
+    /// Stage 2 of the prefetch: the call event `j` completes (its thread is cached by now).
+    #[inline]
+    fn prefetch_call(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &[u32; FAR]) {
+        let Some(ev) = ev else {
+            return;
+        };
+        let Some(&slot) = ahead.get(j % FAR) else {
+            return;
+        };
+        // The slot may be stale (the thread was evicted since): then skip the hint.
+        let Some(th) = self.threads.get(slot as usize).filter(|t| t.tid == ev.tid) else {
+            return;
+        };
+        let (key, enter) = match ev.kind {
+            EventKind::Enter => return,
+            EventKind::Complete => (ev.syscall.0, ev.ts_ns),
+            EventKind::Exit => match th.pairer.pending {
+                Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
+                Some(p) => (ev.syscall.0, p.enter_ns),
+                None => return,
+            },
+        };
+        th.prefetch_call(key, enter / self.d.bin_ns, self.d.k);
+    }
+
+    /// `ns / bin_ns`, without the 64-bit division when `ns` falls in the same bin as
+    /// the previous call (time-ordered streams almost always do).
+    #[inline]
+    fn bin_of(&mut self, ns: u64) -> u64 {
+        let (lo, hi, bin) = self.bin_cache;
+        if ns >= lo && ns < hi {
+            return bin;
+        }
+        let bin = ns / self.d.bin_ns;
+        let lo = bin * self.d.bin_ns;
+        self.bin_cache = (lo, lo.saturating_add(self.d.bin_ns), bin);
+        bin
+    }
+
     fn slot_of(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
         if let Some((t, s)) = self.last_slot {
             if t == tid {
                 return s;
             }
         }
-        let slot = match self.index.get(&tid) {
-            Some(&s) => s as usize,
+        let slot = match self.index.get(tid) {
+            Some(s) => s as usize,
             None => {
                 let s = if self.threads.len() < self.params.max_threads {
+                    if self.threads.len() == self.threads.capacity() {
+                        // Grow by ~1/8 (not doubling): unused thread records are
+                        // counted state, and large reallocations are page remaps.
+                        let room = self.params.max_threads - self.threads.len();
+                        let step = (self.threads.len() / 8).clamp(16, 4096).min(room);
+                        self.threads.reserve_exact(step);
+                    }
                     self.threads.push(Thread::new(tid, ts));
                     self.threads.len() - 1
                 } else {
@@ -272,7 +358,7 @@ impl Target {
                         .unwrap_or(0);
                     c.evicted_threads += 1;
                     if let Some(old) = self.threads.get(victim) {
-                        self.index.remove(&old.tid);
+                        self.index.remove(old.tid);
                     }
                     if let Some(t) = self.threads.get_mut(victim) {
                         *t = Thread::new(tid, ts);
@@ -305,17 +391,16 @@ impl Target {
         if let Some(e) = self.activity_events.get_mut(self.epoch_slot) {
             *e += 1;
         }
-        let bin = call.enter_ns / self.d.bin_ns;
+        let bin = self.bin_of(call.enter_ns);
         if let Some(th) = self.threads.get_mut(slot) {
             th.calls.add(bin);
         }
-        self.analyse_call(slot, call, c);
+        self.analyse_call(slot, call, bin, c);
     }
 
     /// Execution units, moving averages, baselines and the CUSUM test for one call.
-    fn analyse_call(&mut self, slot: usize, call: Call, c: &mut EngineCounters) {
+    fn analyse_call(&mut self, slot: usize, call: Call, bin: u64, c: &mut EngineCounters) {
         let d = &self.d;
-        let bin = call.enter_ns / d.bin_ns;
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
@@ -805,7 +890,7 @@ impl Target {
             + self.name.capacity()
             + self.threads.iter().map(Thread::bytes).sum::<usize>()
             + (self.threads.capacity() - self.threads.len()) * std::mem::size_of::<Thread>()
-            + self.index.capacity() * (std::mem::size_of::<(u32, u32)>() + 1)
+            + self.index.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.pools.capacity() * std::mem::size_of::<Pool>()
             + self.activity.capacity() * std::mem::size_of::<Activity>()
             + self.activity_events.capacity() * 8
@@ -858,10 +943,12 @@ fn feed(
     } else {
         &mut pool.dur
     };
-    let own = series.baseline.usable(d.min_n, d.min_epochs);
-    let reference = own.or_else(|| pool_b.usable(d.pool_min_n, d.min_epochs));
-    series.baseline.learn(ma, d.min_n);
-    pool_b.learn(ma, d.pool_min_n);
+    let own_sd = series.baseline.trained_sd(d.min_n);
+    let pool_sd = pool_b.trained_sd(d.pool_min_n);
+    let own = series.baseline.usable_with(own_sd, d.min_epochs);
+    let reference = own.or_else(|| pool_b.usable_with(pool_sd, d.min_epochs));
+    series.baseline.learn_with(ma, own_sd);
+    pool_b.learn_with(ma, pool_sd);
     let r = reference?;
     th.tested.mark(bin);
     if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
@@ -884,8 +971,10 @@ fn snapshot(
     let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
     for ch in &th.chans {
         let pool = pools.get(pool_index(ch.key));
+        // A channel not used since the unit began has been reset (lazily): no average.
+        let current = th.is_current(ch);
         let rel = |s: &crate::thread::Series, pb: Option<&Baseline>| -> f32 {
-            let Some(ma) = s.current(d.k) else {
+            let Some(ma) = s.current(d.k).filter(|_| current) else {
                 return 0.0;
             };
             let Some(r) = s

@@ -17,11 +17,18 @@ pub const GAP_KEY: u16 = u16::MAX;
 
 /// Episodes remembered per thread (most recent kept).
 pub const EPISODES_PER_THREAD: usize = 8;
+/// Channel keys kept inside the thread record (the default channel cap).
+pub const INLINE_KEYS: usize = 16;
+
+/// Channels a thread's channel vectors grow by at a time.
+const CHAN_STEP: usize = 4;
+
 /// Syscalls remembered per episode for the ranking.
 pub const EPISODE_TOP: usize = 6;
 
 /// A k-moving average over a ring stored in the thread's ring slab.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
 pub struct Series {
     pub len: u8,
     pub pos: u8,
@@ -37,7 +44,11 @@ impl Series {
         if k == 0 {
             return None;
         }
-        let pos = (self.pos as usize) % k;
+        // Compare instead of `%`: an integer division per push was measurable.
+        let mut pos = self.pos as usize;
+        if pos >= k {
+            pos %= k;
+        }
         if (self.len as usize) < k {
             self.len += 1;
         } else if let Some(old) = ring.get(pos) {
@@ -47,7 +58,7 @@ impl Series {
             *slot = x;
         }
         self.sum += x;
-        self.pos = ((pos + 1) % k) as u8;
+        self.pos = if pos + 1 >= k { 0 } else { (pos + 1) as u8 };
         if (self.len as usize) >= k {
             // Recompute exactly every wrap to stop f32 drift.
             if self.pos == 0 {
@@ -81,12 +92,34 @@ impl Series {
 #[repr(C, packed(4))]
 pub struct Chan {
     pub key: u16,
+    /// The thread's unit generation this channel's moving averages belong to; when it
+    /// differs from [`Thread::unit`] they are reset on next use (see [`Thread::start_unit`]).
+    pub unit: u16,
+    /// Entry time of the previous call of this syscall in the current unit (0 = none).
+    pub last_enter_ns: u64,
     /// Execution time (or gap length for [`GAP_KEY`]).
     pub dur: Series,
     /// Inter-arrival time of this syscall within the unit: the frequency channel.
     pub ia: Series,
-    /// Entry time of the previous call of this syscall in the current unit (0 = none).
-    pub last_enter_ns: u64,
+}
+
+/// Leading bytes of a [`Series`] a call touches while learning (the moving average and
+/// the `learn`/`base` epochs); the pending epoch and the confirmation state follow.
+const SERIES_HOT_BYTES: usize =
+    std::mem::offset_of!(Series, baseline) + std::mem::offset_of!(Baseline, prev);
+/// Leading bytes of a [`Chan`] a call of its syscall touches.
+const CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia) + SERIES_HOT_BYTES;
+/// Leading bytes of the gap channel a call touches (its inter-arrival half is unused).
+const GAP_HOT_BYTES: usize = std::mem::offset_of!(Chan, dur) + SERIES_HOT_BYTES;
+
+impl Chan {
+    /// Starts generation `unit`: the moving averages restart, the baselines stay.
+    pub fn reset_unit(&mut self, unit: u16) {
+        self.dur.reset_unit();
+        self.ia.reset_unit();
+        self.last_enter_ns = 0;
+        self.unit = unit;
+    }
 }
 
 /// One syscall's increase when an episode was confirmed (for the ranking).
@@ -217,6 +250,7 @@ impl BinSet {
 /// Calls per bin over the last 256 bins: how busy a thread was right after the onset
 /// (τ's "active" threads), in constant memory.
 #[derive(Clone, Copy, Debug)]
+#[repr(C)]
 pub struct CallBins {
     latest: u64,
     counts: [u16; 256],
@@ -252,6 +286,12 @@ impl CallBins {
         }
     }
 
+    /// Where bin `bin`'s counter lives (for prefetching; never dereferenced).
+    #[inline]
+    pub fn slot_ptr(&self, bin: u64) -> *const u16 {
+        self.counts.as_ptr().wrapping_add((bin % Self::N) as usize)
+    }
+
     /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
         let hi = hi.min(self.latest);
@@ -276,7 +316,7 @@ impl CallBins {
 /// call costs few cache lines (at 10,000 threads each event hits a cold thread); the
 /// episode list, read only by evaluations, is last and allocated on first use.
 #[derive(Clone, Debug, Default)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Thread {
     pub last_seen_ns: u64,
     /// Exit time of the previous call (0 = no call yet).
@@ -290,19 +330,24 @@ pub struct Thread {
     /// The thread had an episode in the current epoch: its own baselines skip this epoch.
     pub dirty: bool,
     pub episode_pos: u8,
+    /// Generation of the current execution unit (see [`Chan::unit`]).
+    pub unit: u16,
     pub pairer: Pairer,
-    /// Channel keys, parallel to `chans`: the per-call lookup scans 2 bytes per channel
-    /// instead of a whole channel record.
-    pub keys: Vec<u16>,
+    /// Keys of the first [`INLINE_KEYS`] channels, parallel to `chans`: the per-call
+    /// lookup scans 2 bytes per channel in the thread's own cache lines instead of whole
+    /// channel records on the heap.
+    pub keys: [u16; INLINE_KEYS],
     pub chans: Vec<Chan>,
     /// Ring slab: channel i owns `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
     pub rings: Vec<f32>,
+    /// Calls per bin (its `latest` field ends the per-call part of the record).
+    pub calls: CallBins,
     /// Bins in which any channel was tested.
     pub tested: BinSet,
     /// Bins in which a disk/network I/O channel was tested (filtering mode).
     pub tested_io: BinSet,
-    /// Calls per bin.
-    pub calls: CallBins,
+    /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
+    pub more_keys: Vec<u16>,
     /// Most recent episodes, a ring of at most [`EPISODES_PER_THREAD`] (slot
     /// `episode_pos` is written next); grows one at a time since most threads have none.
     pub episodes: Vec<Episode>,
@@ -320,10 +365,54 @@ impl Thread {
     /// Index of `key`'s channel, creating it while under `cap`.
     #[inline]
     pub fn chan_index(&mut self, key: u16, k: usize, cap: usize) -> Option<usize> {
-        if let Some(i) = self.keys.iter().position(|&c| c == key) {
+        if let Some(i) = self.find_chan(key) {
+            let unit = self.unit;
+            if let Some(c) = self.chans.get_mut(i) {
+                if c.unit != unit {
+                    c.reset_unit(unit);
+                }
+            }
             return Some(i);
         }
         self.add_chan(key, k, cap)
+    }
+
+    /// Whether `c`'s moving averages belong to the current execution unit (if not, they
+    /// count as just reset).
+    #[inline]
+    pub fn is_current(&self, c: &Chan) -> bool {
+        c.unit == self.unit
+    }
+
+    /// Index of `key`'s channel, if the thread has one.
+    #[inline]
+    pub fn find_chan(&self, key: u16) -> Option<usize> {
+        let n = self.chans.len();
+        if let Some(i) = self.keys.iter().take(n).position(|&c| c == key) {
+            return Some(i);
+        }
+        if n <= INLINE_KEYS {
+            return None;
+        }
+        self.more_keys
+            .iter()
+            .position(|&c| c == key)
+            .map(|i| i + INLINE_KEYS)
+    }
+
+    /// Prefetches what the next call of `key` (entered in activity bin `bin`) will touch:
+    /// its channel and ring, the gap channel and the bin counter.
+    #[inline]
+    pub fn prefetch_call(&self, key: u16, bin: u64, k: usize) {
+        crate::prefetch::line(self.calls.slot_ptr(bin));
+        if let Some(ci) = self.find_chan(key) {
+            crate::prefetch::range(self.chans.as_ptr().wrapping_add(ci), CHAN_HOT_BYTES);
+            crate::prefetch::range(self.rings.as_ptr().wrapping_add(ci * 2 * k), 8 * k);
+        }
+        if let Some(gi) = self.find_chan(GAP_KEY) {
+            crate::prefetch::range(self.chans.as_ptr().wrapping_add(gi), GAP_HOT_BYTES);
+            crate::prefetch::range(self.rings.as_ptr().wrapping_add(gi * 2 * k), 4 * k);
+        }
     }
 
     #[cold]
@@ -331,27 +420,53 @@ impl Thread {
         if self.chans.len() >= cap {
             return None;
         }
-        // Exact growth: per-thread vectors are the bulk of the state at 10,000 threads.
-        self.chans.reserve_exact(1);
+        // Growth in steps of CHAN_STEP channels: per-thread vectors are the bulk of the
+        // state at 10,000 threads, and one reallocation per new syscall was a tenth of
+        // the ingest time when threads are short-lived.
+        if self.chans.len() == self.chans.capacity() {
+            let step = CHAN_STEP.min(cap - self.chans.len());
+            self.chans.reserve_exact(step);
+        }
         self.chans.push(Chan {
             key,
+            unit: self.unit,
             ..Chan::default()
         });
-        self.keys.reserve_exact(1);
-        self.keys.push(key);
-        self.rings.reserve_exact(2 * k);
+        let i = self.chans.len() - 1;
+        match self.keys.get_mut(i) {
+            Some(slot) => *slot = key,
+            None => {
+                self.more_keys.reserve_exact(1);
+                self.more_keys.push(key);
+            }
+        }
+        // Rings follow the channels' capacity (exactly, never amortized doubling).
+        let ring_cap = self.chans.capacity() * 2 * k;
+        if self.rings.capacity() < ring_cap {
+            self.rings.reserve_exact(ring_cap - self.rings.len());
+        }
         self.rings.resize(self.chans.len() * 2 * k, 0.0);
         Some(self.chans.len() - 1)
     }
 
     /// A new execution unit starts at `ts`: moving averages restart, baselines stay.
+    ///
+    /// The channels are reset lazily: bumping the generation marks them all stale, and
+    /// [`Thread::chan_index`] resets one when it is next used, so a unit split costs
+    /// O(1) instead of touching every channel (at 10,000 threads, all cache misses).
+    /// When the generation would wrap, every channel is reset at once, so a stale
+    /// channel can never look current.
     pub fn start_unit(&mut self, ts: u64) {
         self.unit_start_ns = ts;
         self.unit_has_episode = false;
-        for c in &mut self.chans {
-            c.dur.reset_unit();
-            c.ia.reset_unit();
-            c.last_enter_ns = 0;
+        match self.unit.checked_add(1) {
+            Some(u) => self.unit = u,
+            None => {
+                self.unit = 0;
+                for c in &mut self.chans {
+                    c.reset_unit(0);
+                }
+            }
         }
     }
 
@@ -380,7 +495,7 @@ impl Thread {
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.chans.capacity() * std::mem::size_of::<Chan>()
-            + self.keys.capacity() * std::mem::size_of::<u16>()
+            + self.more_keys.capacity() * std::mem::size_of::<u16>()
             + self.rings.capacity() * std::mem::size_of::<f32>()
             + self.episodes.capacity() * std::mem::size_of::<Episode>()
     }

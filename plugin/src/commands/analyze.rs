@@ -98,29 +98,29 @@ pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<Vec<TargetAnalysis>> {
     let params = offline::load_params(&args.offline)?;
     let mut engine = Engine::new(params).context("invalid analysis parameters")?;
     let telemetry = Telemetry::default();
-    let (router, mut reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
+    let (targets, mut reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
     let mut triggered = Vec::new();
     match args.trigger_at {
         Some(at) => {
-            for target in router.targets() {
-                triggered.extend(engine.trigger(&target, at));
+            for target in &targets {
+                triggered.extend(engine.trigger(target, at));
             }
         }
         None => reports.extend(engine.finish()),
     }
     let summary = summarize(args, &telemetry, events);
     let mut out = Vec::new();
-    for target in router.targets() {
+    for target in &targets {
         let mine: Vec<Report> = reports
             .iter()
-            .filter(|r| r.target == target)
+            .filter(|r| r.target == *target)
             .cloned()
             .collect();
         let timeline = mine.iter().map(timeline_entry).collect();
         let anomalies = anomalies(&mine);
         let diagnosis = triggered
             .iter()
-            .find(|r| r.target == target)
+            .find(|r| r.target == *target)
             .cloned()
             .or_else(|| anomalies.first().map(|a| a.diagnosis.clone()))
             .or_else(|| mine.last().cloned());

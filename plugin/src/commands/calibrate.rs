@@ -22,10 +22,10 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let params = offline::load_params(&args.offline)?;
     let mut engine = Engine::new(params).context("invalid analysis parameters")?;
     let telemetry = Telemetry::default();
-    let (router, _reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
+    let (targets, _reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
     let mut printed = 0;
-    for target in router.targets() {
-        match engine.calibrate(&target, args.fault_start_ns) {
+    for target in &targets {
+        match engine.calibrate(target, args.fault_start_ns) {
             Some(c) => {
                 println!("# calibrated from {} ({} affected threads, window {:.3}–{:.3} s)", args.offline.input.path.display(), c.affected_threads, c.window_start_ns as f64 / 1e9, c.window_end_ns as f64 / 1e9);
                 println!("[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n", c.target, c.target, c.alpha_seconds, c.beta_seconds);

@@ -1,7 +1,6 @@
 //! The offline path shared by `analyze` and `calibrate`: open a recorded trace, route
 //! its batches to targets and feed them through an engine, with a progress bar.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -9,8 +8,9 @@ use faultline_engine::syscalls::Arch;
 use faultline_engine::{Engine, Params, Report};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::model::EventBatch;
-use crate::pipeline::telemetry::{DropReason, Telemetry};
+use crate::config::TargetConfig;
+use crate::pipeline::router::Router;
+use crate::pipeline::telemetry::Telemetry;
 use crate::sources::perf::PerfScriptReader;
 use crate::sources::BatchReader;
 
@@ -156,47 +156,18 @@ fn open_lttng(path: &Path, _telemetry: &Telemetry) -> anyhow::Result<Box<dyn Bat
     )
 }
 
-/// Routes batches to targets: by process name, optionally restricted to `--target` names.
-pub struct OfflineRouter {
-    only: Vec<String>,
-    max_targets: usize,
-    names: BTreeMap<String, ()>,
-}
-
-impl OfflineRouter {
-    pub fn new(only: Vec<String>, max_targets: usize) -> Self {
-        Self {
-            only,
-            max_targets,
-            names: BTreeMap::new(),
-        }
-    }
-
-    /// The target of `batch`, or why it has none.
-    pub fn route(&mut self, batch: &EventBatch) -> Result<String, DropReason> {
-        let name = batch
-            .process
-            .comm
-            .clone()
-            .or_else(|| batch.process.service_name.clone())
-            .or_else(|| batch.process.pid.map(|p| format!("pid-{p}")))
-            .unwrap_or_else(|| "unknown".to_string());
-        if !self.only.is_empty() && !self.only.iter().any(|t| *t == name) {
-            return Err(DropReason::NoTarget);
-        }
-        if !self.names.contains_key(&name) {
-            if self.names.len() >= self.max_targets {
-                return Err(DropReason::Capped);
-            }
-            self.names.insert(name.clone(), ());
-        }
-        Ok(name)
-    }
-
-    /// Targets seen so far, sorted.
-    pub fn targets(&self) -> Vec<String> {
-        self.names.keys().cloned().collect()
-    }
+/// The router of an offline run: `--target NAME` selects processes named NAME; without it,
+/// each process name becomes its own target (as `faultline run` does with no `[[targets]]`).
+pub fn router(only: &[String], max_targets: usize) -> Router {
+    let targets: Vec<TargetConfig> = only
+        .iter()
+        .map(|name| TargetConfig {
+            name: name.clone(),
+            process_names: vec![name.clone()],
+            ..TargetConfig::default()
+        })
+        .collect();
+    Router::new(&targets, max_targets)
 }
 
 /// Feeds the whole input through `engine`, collecting continuous-mode reports as they
@@ -205,19 +176,23 @@ pub fn drive(
     args: &OfflineArgs,
     engine: &mut Engine,
     telemetry: &Telemetry,
-) -> anyhow::Result<(OfflineRouter, Vec<Report>, u64)> {
+) -> anyhow::Result<(Vec<String>, Vec<Report>, u64)> {
     let mut reader = open_reader(&args.input, args.arch, telemetry)?;
     let total = std::fs::metadata(&args.input.path)
         .map(|m| m.len())
         .unwrap_or(0);
     let progress = progress_bar(total, args.no_progress);
-    let mut router = OfflineRouter::new(args.targets.clone(), engine.params().max_targets);
+    let mut router = router(&args.targets, engine.params().max_targets);
+    let mut targets = std::collections::BTreeSet::new();
     let mut reports = Vec::new();
     let mut events = 0u64;
     while let Some(batch) = reader.next_batch().context("reading the trace")? {
-        match router.route(&batch) {
+        match router.route(&batch.process) {
             Ok(target) => {
                 events += batch.events.len() as u64;
+                if !targets.contains(&*target) {
+                    targets.insert(target.to_string());
+                }
                 engine.ingest(&target, &batch.events);
                 reports.extend(engine.take_reports());
             }
@@ -232,7 +207,7 @@ pub fn drive(
     if let Some(p) = progress {
         p.finish_and_clear();
     }
-    Ok((router, reports, events))
+    Ok((targets.into_iter().collect(), reports, events))
 }
 
 fn progress_bar(total: u64, disabled: bool) -> Option<ProgressBar> {

@@ -24,7 +24,7 @@ use crate::pipeline::telemetry::Telemetry;
 pub use config::{EngineKind, HostConfig, HostConfigError};
 pub use native::NativeHost;
 #[cfg(feature = "wasm")]
-pub use wasm::{WasmHost, GUEST_WASM};
+pub use wasm::{WasmHost, GUEST_WASM, PERFMAP_ENV};
 
 /// Why an engine call failed; the caller counts the batch or report as lost and goes on.
 #[derive(Debug, Error)]

@@ -232,6 +232,9 @@ impl Guest {
     }
 }
 
+/// Set (to anything) to write a perf map of the guest's compiled code, for profiling it.
+pub const PERFMAP_ENV: &str = "FAULTLINE_WASM_PERFMAP";
+
 /// Resolution of the per-call deadline: the epoch advances this often.
 const EPOCH_TICK: Duration = Duration::from_millis(10);
 
@@ -243,8 +246,11 @@ struct Compiled {
     module: Module,
 }
 
-/// Compiled guests by (fuel metering, epoch deadline).
-static COMPILED: Mutex<Vec<((bool, bool), Arc<Compiled>)>> = Mutex::new(Vec::new());
+/// Which metering a compiled guest has: (fuel, epoch deadline).
+type Metering = (bool, bool);
+
+/// Compiled guests by metering (at most four entries).
+static COMPILED: Mutex<Vec<(Metering, Arc<Compiled>)>> = Mutex::new(Vec::new());
 
 fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
     let mut cache = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
@@ -254,6 +260,10 @@ fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
     let mut wcfg = Config::new();
     wcfg.consume_fuel(fuel);
     wcfg.epoch_interruption(epoch);
+    if std::env::var_os(PERFMAP_ENV).is_some() {
+        // Lets `perf report` name the guest's JIT-compiled functions (/tmp/perf-<pid>.map).
+        wcfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
     let engine = WasmEngine::new(&wcfg)
         .map_err(|e| HostError::Unavailable(format!("wasmtime engine: {e}")))?;
     let module = Module::new(&engine, GUEST_WASM)

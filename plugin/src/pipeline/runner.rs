@@ -10,20 +10,21 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
 
 use super::engine_task::{EngineTask, EngineTaskSummary};
 use super::latest::{LatestReports, LatestReportsSink};
 use super::queue;
-use super::source_tasks::{start_otlp, start_pull_sources};
 use super::report_sink::ReportSink;
 use super::router::Router;
+use super::source_tasks::{start_otlp, start_pull_sources};
 use super::telemetry::Telemetry;
 use crate::config::{Config, ConfigError};
 use crate::engine_host::{self, EngineHost};
 use crate::sinks::http::{self, HttpState};
 use crate::sinks::jsonl::JsonLinesSink;
 use crate::sinks::otlp::OtlpSink;
-use crate::sinks::prometheus;
+use crate::sinks::prometheus::{self, PrometheusExporter};
 use crate::sources::otlp;
 
 /// Commands queued towards the engine from HTTP (`/trigger`); small, callers get 503 when full.
@@ -81,34 +82,7 @@ pub async fn run(
             t.effective_params(&cfg.analysis, i)?,
         ));
     }
-
-    let latest = Arc::new(LatestReports::new(cfg.analysis.max_targets));
-    let mut sinks: Vec<Box<dyn ReportSink>> = vec![Box::new(LatestReportsSink(latest.clone()))];
-    let exporter = if cfg.sinks.prometheus.enabled {
-        let (sink, exporter) = prometheus::new(&cfg.sinks.prometheus, telemetry.clone());
-        sinks.push(Box::new(sink));
-        Some(exporter)
-    } else {
-        None
-    };
-    if cfg.sinks.json.enabled {
-        let path = cfg.sinks.json.path.as_deref();
-        let sink = JsonLinesSink::open(path).map_err(|source| RunError::Io {
-            what: path.map_or("stdout".into(), |p| p.display().to_string()),
-            source,
-        })?;
-        sinks.push(Box::new(sink));
-    }
-    let otlp_sink = if cfg.sinks.otlp.enabled {
-        let sink = OtlpSink::start(cfg.sinks.otlp.exporter.clone(), telemetry.clone())
-            .map_err(|e| RunError::OtlpSink(e.to_string()))?;
-        tracing::info!(endpoint = %cfg.sinks.otlp.exporter.endpoint(), "pushing OTLP metrics");
-        let sink = Arc::new(sink);
-        sinks.push(Box::new(SharedOtlpSink(sink.clone())));
-        Some(sink)
-    } else {
-        None
-    };
+    let sinks = build_sinks(&cfg, &telemetry)?;
 
     let (tx, rx) = queue::bounded(cfg.pipeline.queue_capacity);
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
@@ -117,7 +91,7 @@ pub async fn run(
         engine,
         router,
         target_params,
-        sinks,
+        sinks.list,
         telemetry.clone(),
         idle,
     )
@@ -132,36 +106,19 @@ pub async fn run(
             source,
         })?;
 
-    // The HTTP server outlives the sources so `/report` shows the final reports while
-    // the engine finishes; it stops last.
-    let (http_stop, http_stop_rx) = watch::channel(false);
-    let mut http_task = None;
-    if let Some(exporter) = exporter {
-        let addr: SocketAddr = cfg.sinks.prometheus.listen.parse().map_err(|_| {
-            ConfigError::invalid("sinks.prometheus.listen", "must be an `ip:port` address")
-        })?;
-        let (listener, local) = http::bind(addr).await.map_err(|source| RunError::Listen {
-            addr: addr.to_string(),
-            source,
-        })?;
-        tracing::info!(metrics_address = %local, "serving /metrics, /report, /healthz, /trigger");
-        if let Some(f) = on_listening {
-            f(local);
+    let http = match sinks.exporter {
+        Some(exporter) => {
+            exporter.watch_queue(tx.downgrade());
+            let state = HttpState {
+                exporter,
+                latest: sinks.latest,
+                commands: cmd_tx,
+                engine_alive,
+            };
+            Some(start_http(&cfg, state, on_listening).await?)
         }
-        let state = HttpState {
-            exporter,
-            latest,
-            commands: cmd_tx.clone(),
-            engine_alive,
-        };
-        let stop = wait_true(http_stop_rx);
-        http_task = Some(tokio::spawn(async move {
-            if let Err(e) = http::serve(listener, state, stop).await {
-                tracing::error!(error = %e, "HTTP server failed");
-            }
-        }));
-    }
-    drop(cmd_tx);
+        None => None,
+    };
 
     let stop_sources = Arc::new(AtomicBool::new(false));
     let sources = start_pull_sources(&cfg, &tx, &telemetry, &stop_sources)?;
@@ -192,22 +149,95 @@ pub async fn run(
     )
     .await;
     // The engine thread has dropped its handle: push the last metrics and verdict logs.
-    if let Some(sink) = otlp_sink.and_then(Arc::into_inner) {
+    if let Some(sink) = sinks.otlp.and_then(Arc::into_inner) {
         match tokio::time::timeout(limit, sink.shutdown()).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => tracing::warn!(error = %e, "OTLP sink failed to flush"),
             Err(_) => tracing::warn!("OTLP sink did not flush in time"),
         }
     }
-    let _ = http_stop.send(true);
-    if let Some(h) = http_task {
-        let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
+    // The HTTP endpoint stops last, so `/report` showed the final reports until now.
+    if let Some((stop, task)) = http {
+        let _ = stop.send(true);
+        let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
     match joined {
         Ok(Ok(Ok(summary))) => Ok(RunSummary { engine: summary }),
         Ok(_) => Err(RunError::Engine("the engine thread panicked".into())),
         Err(_) => Err(RunError::ShutdownTimeout(limit)),
     }
+}
+
+/// The sinks the engine thread feeds, and the shared pieces the runner keeps.
+struct Sinks {
+    list: Vec<Box<dyn ReportSink>>,
+    latest: Arc<LatestReports>,
+    exporter: Option<Arc<PrometheusExporter>>,
+    /// Kept to flush it after the engine thread has finished.
+    otlp: Option<Arc<OtlpSink>>,
+}
+
+fn build_sinks(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Sinks, RunError> {
+    let latest = Arc::new(LatestReports::new(cfg.analysis.max_targets));
+    let mut list: Vec<Box<dyn ReportSink>> = vec![Box::new(LatestReportsSink(latest.clone()))];
+    let exporter = if cfg.sinks.prometheus.enabled {
+        let (sink, exporter) = prometheus::new(&cfg.sinks.prometheus, telemetry.clone());
+        list.push(Box::new(sink));
+        Some(exporter)
+    } else {
+        None
+    };
+    if cfg.sinks.json.enabled {
+        let path = cfg.sinks.json.path.as_deref();
+        let sink = JsonLinesSink::open(path).map_err(|source| RunError::Io {
+            what: path.map_or("stdout".into(), |p| p.display().to_string()),
+            source,
+        })?;
+        list.push(Box::new(sink));
+    }
+    let otlp = if cfg.sinks.otlp.enabled {
+        let sink = OtlpSink::start(cfg.sinks.otlp.exporter.clone(), telemetry.clone())
+            .map_err(|e| RunError::OtlpSink(e.to_string()))?;
+        tracing::info!(endpoint = %cfg.sinks.otlp.exporter.endpoint(), "pushing OTLP metrics");
+        let sink = Arc::new(sink);
+        list.push(Box::new(SharedOtlpSink(sink.clone())));
+        Some(sink)
+    } else {
+        None
+    };
+    Ok(Sinks {
+        list,
+        latest,
+        exporter,
+        otlp,
+    })
+}
+
+/// Binds and serves `/metrics`, `/report`, `/healthz`, `/trigger` until told to stop.
+async fn start_http(
+    cfg: &Config,
+    state: HttpState,
+    on_listening: Option<OnListening>,
+) -> Result<(watch::Sender<bool>, JoinHandle<()>), RunError> {
+    let addr: SocketAddr = cfg.sinks.prometheus.listen.parse().map_err(|_| {
+        ConfigError::invalid("sinks.prometheus.listen", "must be an `ip:port` address")
+    })?;
+    let (listener, local) = http::bind(addr).await.map_err(|source| RunError::Listen {
+        addr: addr.to_string(),
+        source,
+    })?;
+    tracing::info!(metrics_address = %local, "serving /metrics, /report, /healthz, /trigger");
+    if let Some(f) = on_listening {
+        f(local);
+    }
+    let (stop, stop_rx) = watch::channel(false);
+    let until = wait_true(stop_rx);
+    let task = tokio::spawn(async move {
+        if let Err(e) = http::serve(listener, state, until).await {
+            tracing::error!(error = %e, "HTTP server failed");
+        }
+    });
+    Ok((stop, task))
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {

@@ -156,4 +156,3 @@ pub async fn start_otlp(
     }
     Ok(Some(server))
 }
-

@@ -96,40 +96,204 @@ async fn healthz(State(s): State<HttpState>) -> Response {
 
 #[derive(Debug, Deserialize)]
 struct TriggerQuery {
-    target: String,
-    at_ns: u64,
+    target: Option<String>,
+    at_ns: Option<u64>,
 }
+
+/// The part of an Alertmanager webhook body we read.
+#[derive(Debug, Deserialize)]
+struct AlertmanagerBody {
+    alerts: Vec<Alert>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Alert {
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
+    #[serde(rename = "startsAt", default)]
+    starts_at: String,
+}
+
+/// Alerts handled from one webhook call; Alertmanager groups alerts, so this bounds work.
+const MAX_ALERTS: usize = 64;
 
 fn error(status: StatusCode, msg: impl Into<String>) -> Response {
     (status, Json(serde_json::json!({ "error": msg.into() }))).into_response()
 }
 
-async fn trigger(State(s): State<HttpState>, Query(q): Query<TriggerQuery>) -> Response {
+/// `POST /trigger?target=X&at_ns=T`, or an Alertmanager webhook body (no query): each
+/// firing alert with a `target` label triggers that target at its `startsAt`.
+async fn trigger(
+    State(s): State<HttpState>,
+    Query(q): Query<TriggerQuery>,
+    body: axum::body::Bytes,
+) -> Response {
+    match (q.target, q.at_ns) {
+        (Some(target), Some(at_ns)) => match ask(&s, target.clone(), at_ns).await {
+            Ok(Some(r)) => Json(r).into_response(),
+            Ok(None) => error(
+                StatusCode::NOT_FOUND,
+                format!("no diagnosis for target `{target}` at {at_ns} ns (unknown target or no data)"),
+            ),
+            Err(resp) => resp,
+        },
+        (Some(_), None) | (None, Some(_)) => error(
+            StatusCode::BAD_REQUEST,
+            "give both `target` and `at_ns` (nanoseconds, trace clock), or an Alertmanager webhook body",
+        ),
+        (None, None) => alertmanager(&s, &body).await,
+    }
+}
+
+async fn alertmanager(s: &HttpState, body: &[u8]) -> Response {
+    let parsed: AlertmanagerBody = match serde_json::from_slice(body) {
+        Ok(b) => b,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("expected ?target=&at_ns= or an Alertmanager webhook body: {e}"),
+            )
+        }
+    };
+    let mut reports = Vec::new();
+    let mut skipped = Vec::new();
+    for a in parsed.alerts.iter().take(MAX_ALERTS) {
+        let target = a.labels.get("target");
+        let at = rfc3339_to_unix_ns(&a.starts_at);
+        match (a.status.as_str(), target, at) {
+            ("firing", Some(t), Some(at_ns)) => match ask(s, t.clone(), at_ns).await {
+                Ok(Some(r)) => reports.push(r),
+                Ok(None) => skipped.push(format!("{t}: no data")),
+                Err(resp) => return resp,
+            },
+            ("firing", None, _) => skipped.push("alert without a `target` label".to_owned()),
+            ("firing", Some(t), None) => skipped.push(format!("{t}: unreadable startsAt")),
+            _ => {}
+        }
+    }
+    Json(serde_json::json!({ "reports": reports, "skipped": skipped })).into_response()
+}
+
+/// Asks the engine thread for an on-demand report; `Err` is the HTTP answer to give.
+async fn ask(
+    s: &HttpState,
+    target: String,
+    at_ns: u64,
+) -> Result<Option<faultline_engine::Report>, Response> {
     let (reply, answer) = oneshot::channel();
     let cmd = EngineCommand::Trigger {
-        target: q.target.clone(),
-        at_ns: q.at_ns,
+        target,
+        at_ns,
         reply,
     };
     if s.commands.try_send(cmd).is_err() {
-        return error(
+        return Err(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "engine busy or stopped, retry",
-        );
+        ));
     }
     match tokio::time::timeout(TRIGGER_TIMEOUT, answer).await {
-        Ok(Ok(Ok(Some(r)))) => Json(r).into_response(),
-        Ok(Ok(Ok(None))) => error(
-            StatusCode::NOT_FOUND,
-            format!(
-                "no diagnosis for target `{}` at {} ns (unknown target or no data)",
-                q.target, q.at_ns
-            ),
-        ),
-        Ok(Ok(Err(e))) => error(StatusCode::INTERNAL_SERVER_ERROR, e),
-        Ok(Err(_)) | Err(_) => error(
+        Ok(Ok(Ok(r))) => Ok(r),
+        Ok(Ok(Err(e))) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, e)),
+        Ok(Err(_)) | Err(_) => Err(error(
             StatusCode::SERVICE_UNAVAILABLE,
             "engine did not answer in time",
-        ),
+        )),
+    }
+}
+
+/// `2026-11-22T14:20:25.123456789Z` (or with a `±hh:mm` offset) as Unix nanoseconds;
+/// `None` for anything else, including Alertmanager's zero time and pre-1970 dates.
+fn rfc3339_to_unix_ns(s: &str) -> Option<u64> {
+    let b = s.as_bytes();
+    let num = |r: std::ops::Range<usize>| -> Option<i64> {
+        let t = s.get(r)?;
+        if t.bytes().all(|c| c.is_ascii_digit()) {
+            t.parse().ok()
+        } else {
+            None
+        }
+    };
+    if b.len() < 20
+        || b.get(4) != Some(&b'-')
+        || b.get(7) != Some(&b'-')
+        || b.get(13) != Some(&b':')
+    {
+        return None;
+    }
+    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
+        return None;
+    }
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
+        return None;
+    }
+    let mut i = 19;
+    let mut nanos = 0i64;
+    if b.get(i) == Some(&b'.') {
+        i += 1;
+        let start = i;
+        while b.get(i).is_some_and(u8::is_ascii_digit) {
+            i += 1;
+        }
+        let digits = s.get(start..i)?;
+        if digits.is_empty() {
+            return None;
+        }
+        let kept: String = digits.chars().take(9).collect();
+        nanos = kept.parse::<i64>().ok()? * 10i64.pow(9 - kept.len() as u32);
+    }
+    let offset_secs = match s.get(i..)? {
+        "Z" | "z" => 0,
+        tz if tz.len() == 6
+            && matches!(tz.as_bytes()[0], b'+' | b'-')
+            && tz.as_bytes()[3] == b':' =>
+        {
+            let h = num(i + 1..i + 3)?;
+            let m = num(i + 4..i + 6)?;
+            let sign = if tz.starts_with('-') { -1 } else { 1 };
+            sign * (h * 3600 + m * 60)
+        }
+        _ => return None,
+    };
+    // Days from 1970-01-01 (H. Hinnant's days_from_civil).
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_secs;
+    let ns = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    u64::try_from(ns).ok().filter(|&v| v > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::rfc3339_to_unix_ns;
+
+    #[test]
+    fn alertmanager_timestamps_become_unix_nanoseconds() {
+        // `date -u -d 2026-11-22T14:20:25Z +%s` = 1795357225.
+        assert_eq!(
+            rfc3339_to_unix_ns("2026-11-22T14:20:25Z"),
+            Some(1_795_357_225_000_000_000)
+        );
+        assert_eq!(
+            rfc3339_to_unix_ns("2026-11-22T15:20:25.5+01:00"),
+            Some(1_795_357_225_500_000_000)
+        );
+        assert_eq!(
+            rfc3339_to_unix_ns("1970-01-01T00:00:01.000000001Z"),
+            Some(1_000_000_001)
+        );
+        // Alertmanager's "no time" and garbage.
+        assert_eq!(rfc3339_to_unix_ns("0001-01-01T00:00:00Z"), None);
+        assert_eq!(rfc3339_to_unix_ns("yesterday"), None);
+        assert_eq!(rfc3339_to_unix_ns("2026-13-22T14:20:25Z"), None);
     }
 }

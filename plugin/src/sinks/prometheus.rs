@@ -21,7 +21,10 @@ use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 
+use tokio::sync::mpsc::WeakSender;
+
 use crate::config::PrometheusSinkConfig;
+use crate::model::EventBatch;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -77,6 +80,8 @@ struct SeriesState {
 #[derive(Debug)]
 struct Shared {
     state: Mutex<SeriesState>,
+    /// The engine queue, observed without keeping it open (see [`PrometheusExporter::watch_queue`]).
+    queue: Mutex<Option<WeakSender<EventBatch>>>,
     telemetry: Arc<Telemetry>,
     series_capped: Counter,
     max_targets: usize,
@@ -93,9 +98,16 @@ impl Shared {
 #[derive(Debug)]
 pub struct PrometheusExporter {
     registry: Registry,
+    shared: Arc<Shared>,
 }
 
 impl PrometheusExporter {
+    /// Exports the engine queue's fill level; a weak handle, so scrapes never keep the
+    /// queue open during shutdown.
+    pub fn watch_queue(&self, queue: WeakSender<EventBatch>) {
+        *self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(queue);
+    }
+
     /// The OpenMetrics text of every faultline metric (ends with `# EOF`).
     pub fn encode(&self) -> Result<String, fmt::Error> {
         let mut out = String::new();
@@ -118,6 +130,7 @@ pub fn new(
 ) -> (PrometheusSink, Arc<PrometheusExporter>) {
     let shared = Arc::new(Shared {
         state: Mutex::new(SeriesState::default()),
+        queue: Mutex::new(None),
         telemetry,
         series_capped: Counter::default(),
         max_targets: cfg.max_targets.max(1),
@@ -139,10 +152,10 @@ pub fn new(
     registry.register_collector(Box::new(SeriesCollector(shared.clone())));
     (
         PrometheusSink {
-            shared,
+            shared: shared.clone(),
             analysis_duration,
         },
-        Arc::new(PrometheusExporter { registry }),
+        Arc::new(PrometheusExporter { registry, shared }),
     )
 }
 
@@ -430,6 +443,27 @@ impl Collector for SeriesCollector {
                     })
             }),
         )?;
+        let queue = shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(WeakSender::upgrade)
+            .map(|q| (q.max_capacity() - q.capacity(), q.max_capacity()));
+        if let Some((used, capacity)) = queue {
+            gauge(
+                &mut enc,
+                "faultline_queue_batches",
+                "Batches waiting in the engine queue (at pipeline.queue_capacity, push sources drop)",
+                used as f64,
+            )?;
+            gauge(
+                &mut enc,
+                "faultline_queue_capacity_batches",
+                "Capacity of the engine queue (pipeline.queue_capacity)",
+                capacity as f64,
+            )?;
+        }
         let sources = shared.telemetry.sources();
         counters(
             &mut enc,

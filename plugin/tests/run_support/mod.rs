@@ -103,11 +103,17 @@ pub fn start_waiting(args: &[&str], env: &[(&str, &str)], keys: &[&str]) -> Runn
 
 /// Minimal HTTP/1.1 request over loopback: (status, body).
 pub fn http(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
+    http_with_body(addr, method, path, "")
+}
+
+/// Like [`http`], sending `body` as JSON.
+pub fn http_with_body(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut raw = Vec::new();

@@ -43,5 +43,10 @@ pub fn open(
     stats: Arc<SourceStats>,
 ) -> Result<LttngTextReader<ChildOutput>, SourceError> {
     let child = ChildOutput::spawn(babeltrace_command(input)?, INSTALL_HINT)?;
-    Ok(LttngTextReader::new(child, arch, stats))
+    let reader = LttngTextReader::new(child, arch, stats);
+    Ok(if input.starts_with("net://") {
+        reader.live()
+    } else {
+        reader
+    })
 }

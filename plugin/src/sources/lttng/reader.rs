@@ -45,6 +45,19 @@ pub struct LttngCounters {
 /// Reads babeltrace2 text (from a file, or a running babeltrace2's stdout).
 pub struct LttngTextReader<R> {
     input: R,
+    decoder: Decoder,
+    /// A line that straddled two buffer fills.
+    line: Vec<u8>,
+    line_no: u64,
+    bytes: u64,
+    eof: bool,
+    /// Flush held events whenever the input runs dry (live sessions).
+    live: bool,
+}
+
+/// Everything a line updates; apart from the input so lines can be parsed in place in
+/// the input's buffer.
+struct Decoder {
     arch: Arch,
     text: TextLine,
     threads: Threads,
@@ -53,10 +66,6 @@ pub struct LttngTextReader<R> {
     batcher: Batcher,
     stats: Arc<SourceStats>,
     counters: LttngCounters,
-    line: Vec<u8>,
-    line_no: u64,
-    bytes: u64,
-    eof: bool,
     log: DecodeLog,
 }
 
@@ -87,29 +96,61 @@ impl<R: BufRead + Send> LttngTextReader<R> {
     pub fn new(input: R, arch: Arch, stats: Arc<SourceStats>) -> Self {
         Self {
             input,
-            arch,
-            text: TextLine::default(),
-            threads: Threads::default(),
-            entry_perf: HashMap::new(),
-            batcher: Batcher::new(SOURCE, stats.clone()),
-            stats,
-            counters: LttngCounters::default(),
+            decoder: Decoder {
+                arch,
+                text: TextLine::default(),
+                threads: Threads::default(),
+                entry_perf: HashMap::new(),
+                batcher: Batcher::new(SOURCE, stats.clone()),
+                stats,
+                counters: LttngCounters::default(),
+                log: DecodeLog::new(SOURCE),
+            },
             line: Vec::with_capacity(512),
             line_no: 0,
             bytes: 0,
             eof: false,
-            log: DecodeLog::new(SOURCE),
+            live: false,
         }
+    }
+
+    /// Marks the input as a live session: held events are emitted each time the buffered
+    /// input is used up, instead of waiting for full batches or a second of trace time.
+    pub fn live(mut self) -> Self {
+        self.live = true;
+        self
+    }
+
+    /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process ids a host
+    /// records to stop a live capture (the reader blocks while the tool is quiet).
+    pub fn get_ref(&self) -> &R {
+        &self.input
     }
 
     /// What was seen so far besides emitted events.
     pub fn counters(&self) -> LttngCounters {
-        self.counters
+        self.decoder.counters
+    }
+}
+
+impl Decoder {
+    /// Parses and applies one line.
+    fn line(&mut self, line_no: u64, line: &[u8]) {
+        if line.trim_ascii().is_empty() {
+            return;
+        }
+        match self.text.parse(line) {
+            Ok(()) => self.handle(line),
+            Err(why) => {
+                self.stats.add_decode_errors(1);
+                tracing::debug!(line_no, reason = why.0, "bad babeltrace2 line");
+                self.log.bad_line(line_no, line);
+            }
+        }
     }
 
     /// Handles one parsed line.
-    fn handle(&mut self) {
-        let line = &self.line[..];
+    fn handle(&mut self, line: &[u8]) {
         let t = &self.text;
         let name = t.name(line);
         let Some(record) = classify(name) else {
@@ -290,43 +331,59 @@ fn delta(start: PerfCounters, end: PerfCounters) -> PerfCounters {
 
 impl<R: BufRead + Send> BatchReader for LttngTextReader<R> {
     fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
+        let io_err = |source| SourceError::Io {
+            what: "babeltrace2 output".into(),
+            source,
+        };
         loop {
-            if let Some(batch) = self.batcher.pop_ready() {
+            if let Some(batch) = self.decoder.batcher.pop_ready() {
                 return Ok(Some(batch));
             }
             if self.eof {
                 return Ok(None);
             }
-            self.line.clear();
-            let n = self
-                .input
-                .read_until(b'\n', &mut self.line)
-                .map_err(|source| SourceError::Io {
-                    what: "babeltrace2 output".into(),
-                    source,
-                })?;
-            if n == 0 {
+            if !self.line.is_empty() {
+                // Finish a line that straddled two buffer fills.
+                let n = self
+                    .input
+                    .read_until(b'\n', &mut self.line)
+                    .map_err(io_err)?;
+                self.bytes += n as u64;
+                self.line_no += 1;
+                self.decoder.line(self.line_no, &self.line);
+                self.line.clear();
+                continue;
+            }
+            if self.live && self.decoder.batcher.has_pending() {
+                // Everything read so far is decoded; the next read may block for long.
+                self.decoder.batcher.flush_all();
+                continue;
+            }
+            // Fast path: parse whole lines in place in the input's buffer (no copy).
+            let buf = self.input.fill_buf().map_err(io_err)?;
+            if buf.is_empty() {
                 self.eof = true;
-                self.batcher.flush_all();
+                self.decoder.batcher.flush_all();
                 continue;
             }
-            self.bytes += n as u64;
-            self.line_no += 1;
-            if self.line.trim_ascii().is_empty() {
-                continue;
-            }
-            match self.text.parse(&self.line) {
-                Ok(()) => self.handle(),
-                Err(why) => {
-                    self.stats.add_decode_errors(1);
-                    tracing::debug!(
-                        line_no = self.line_no,
-                        reason = why.0,
-                        "bad babeltrace2 line"
-                    );
-                    self.log.bad_line(self.line_no, &self.line);
+            let mut used = 0;
+            while let Some(nl) = buf.get(used..).and_then(|rest| memchr::memchr(b'\n', rest)) {
+                let end = used + nl + 1;
+                self.line_no += 1;
+                self.decoder
+                    .line(self.line_no, buf.get(used..end).unwrap_or_default());
+                used = end;
+                if self.decoder.batcher.has_ready() {
+                    break;
                 }
             }
+            if used == 0 {
+                // No complete line buffered: keep the fragment, read_until completes it.
+                self.line.extend_from_slice(buf);
+                used = buf.len();
+            }
+            self.bytes += used as u64;
+            self.input.consume(used);
         }
     }
 

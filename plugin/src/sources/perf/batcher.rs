@@ -101,6 +101,11 @@ impl Batcher {
         !self.ready.is_empty()
     }
 
+    /// Whether events are held back (not yet in a finished batch).
+    pub fn has_pending(&self) -> bool {
+        self.pending > 0
+    }
+
     /// The next finished batch, if any.
     pub fn pop_ready(&mut self) -> Option<EventBatch> {
         let batch = self.ready.pop_front()?;

@@ -105,7 +105,7 @@ pub fn spawn_script(
 ) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
     warn_if_not_permitted();
     let out = ChildOutput::spawn_pipe(record_command(target)?, script_command(), INSTALL_HINT)?;
-    Ok(PerfScriptReader::new(out, arch, stats))
+    Ok(PerfScriptReader::new(out, arch, stats).live())
 }
 
 /// Starts `perf trace` on `target` (whole calls with durations, lower volume than record).

@@ -36,6 +36,9 @@ pub struct PerfScriptReader<R> {
     eof: bool,
     log: DecodeLog,
     raw_bytes: Option<ByteCounter>,
+    /// Flush held events whenever the input runs dry (live pipes: a quiet target's events
+    /// must not wait for the next burst).
+    live: bool,
 }
 
 impl PerfScriptReader<Box<dyn BufRead + Send>> {
@@ -63,6 +66,7 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
             eof: false,
             log: DecodeLog::new(SOURCE),
             raw_bytes: None,
+            live: false,
         }
     }
 
@@ -79,6 +83,19 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
         reader
     }
 
+    /// Marks the input as a live stream: held events are emitted each time the buffered
+    /// input is used up, instead of waiting for full batches or a second of trace time.
+    pub fn live(mut self) -> Self {
+        self.live = true;
+        self
+    }
+
+    /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process ids a host
+    /// records to stop a live capture (the reader blocks while the tool is quiet).
+    pub fn get_ref(&self) -> &R {
+        &self.input
+    }
+
     /// Decompressed text bytes consumed so far (for throughput figures).
     pub fn text_bytes(&self) -> u64 {
         self.bytes
@@ -88,7 +105,6 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
     pub fn lines(&self) -> u64 {
         self.line_no
     }
-
 }
 
 /// The engine event of a decoded line; without a pid (default field set) `pid = tid`.
@@ -171,6 +187,11 @@ impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
                 self.line_no += 1;
                 sink.handle(self.line_no, &self.line);
                 self.line.clear();
+                continue;
+            }
+            if self.live && sink.batcher.has_pending() {
+                // Everything read so far is decoded; the next read may block for long.
+                sink.batcher.flush_all();
                 continue;
             }
             // Fast path: parse whole lines in place in the input's buffer (no copy).

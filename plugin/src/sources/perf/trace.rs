@@ -184,6 +184,7 @@ pub struct PerfTraceReader<R> {
 }
 
 impl<R: BufRead + Send> PerfTraceReader<R> {
+    /// A reader of `perf trace` text from `input`.
     pub fn new(input: R, stats: Arc<SourceStats>) -> Self {
         Self {
             input,
@@ -195,6 +196,14 @@ impl<R: BufRead + Send> PerfTraceReader<R> {
             eof: false,
             log: DecodeLog::new(SOURCE),
         }
+    }
+}
+
+impl<R> PerfTraceReader<R> {
+    /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process id a host
+    /// records to stop a live capture.
+    pub fn get_ref(&self) -> &R {
+        &self.input
     }
 }
 
