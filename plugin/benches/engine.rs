@@ -85,7 +85,15 @@ fn new_host(wasm: bool) -> Box<dyn EngineHost> {
     let params = Params::default();
     if wasm {
         let telemetry = Arc::new(Telemetry::default());
-        match WasmHost::new(&HostConfig::default(), params, telemetry) {
+        let config = HostConfig {
+            call_timeout_ms: if std::env::var_os("FL_BENCH_NO_DEADLINE").is_some() {
+                None
+            } else {
+                HostConfig::default().call_timeout_ms
+            },
+            ..HostConfig::default()
+        };
+        match WasmHost::new(&config, params, telemetry) {
             Ok(h) => Box::new(h),
             Err(e) => panic!("cannot start the WASM host: {e}"),
         }

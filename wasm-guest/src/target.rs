@@ -1,15 +1,19 @@
 //! One monitored target (a service): its threads, pooled baselines, cadence and window.
 //!
-//! Hot path ([`Target::ingest`]): per event one thread lookup (cached across runs of
-//! the same tid), pairing, unit split, and at most three ring pushes and CUSUM updates
-//! (gap, execution time, inter-arrival). No allocation per event: vectors grow only when
-//! a new thread or a new syscall of a thread appears.
+//! Hot path ([`Target::ingest`]): per event one thread lookup (a flat tid index, cached
+//! across runs of the same tid), pairing, unit split, and at most three ring pushes and
+//! confirmation steps (gap, execution time, inter-arrival). No allocation per event:
+//! vectors grow only when a new thread or a new syscall of a thread appears. With many
+//! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
+//! thread record, then the channels the call will touch) so cache misses overlap; a
+//! unit split marks channels stale instead of resetting each one.
 //!
-//! Memory bound per target: `max_threads` × (`size_of::<Thread>` +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` + 8·k bytes)) + the pooled baselines
-//! and activity ring (a few hundred KiB). With the defaults and 10,000 threads each using
-//! 24 syscalls that is ≈ 10,000 × (0.5 KiB + 24 × 0.2 KiB) ≈ 52 MiB worst case; a typical
-//! thread uses 5–10 syscalls (≈ 2 KiB). [`Target::bytes`] reports the actual capacities.
+//! Memory bound per target: `max_threads` × (`size_of::<Thread>` (832 B) +
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` (212 B) + 8·k bytes) + episodes
+//! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
+//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.8 +
+//! 16 × 0.25) KiB ≈ 48 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! [`Target::bytes`] reports the actual capacities.
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are
 //! counted (`untracked_calls`) and, per (thread, syscall), in a ChopStix epoch sketch

@@ -2,8 +2,15 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two [`Baseline`]s, two CUSUMs) plus a fixed episode ring and two
-//! 256-bin activity bitmaps; see [`Thread::bytes`].
+//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 212 bytes + 8·k) plus
+//! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
+//! a 256-bin call counter and two 256-bin bitmaps (the 832-byte [`Thread`] record);
+//! see [`Thread::bytes`].
+//!
+//! Layout is chosen for the ingest hot path at thousands of threads, where every event
+//! lands on a thread whose state is out of cache: the fields a call touches are packed
+//! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
+//! record, and the confirmation state and pending epoch sit at the end of each series.
 
 use crate::detector::{Baseline, Confirm};
 use crate::pairing::Pairer;

@@ -2,10 +2,11 @@
 //! the diagnosis of each anomaly, as text or as the documented JSON schema.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use anyhow::Context;
 use faultline_engine::report::RankedSyscall;
-use faultline_engine::{Engine, Report, Verdict};
+use faultline_engine::{Report, Verdict};
 use serde::Serialize;
 
 use super::offline::{self, OfflineArgs};
@@ -16,7 +17,8 @@ use crate::pipeline::telemetry::{DropReason, Telemetry};
 pub struct AnalyzeArgs {
     #[command(flatten)]
     pub offline: OfflineArgs,
-    /// An external alarm at this time (trace clock, ns): diagnose the window ending there, as PerfCompass does.
+    /// An external alarm says the target became slow at this time (trace clock, ns): diagnose the
+    /// window around it, with onsets measured from it (PerfCompass's on-demand mode).
     #[arg(long)]
     pub trigger_at: Option<u64>,
     /// Output format; `json` prints one object per target (one line each).
@@ -96,17 +98,18 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<()> {
 /// The analysis of every target in the input.
 pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<Vec<TargetAnalysis>> {
     let params = offline::load_params(&args.offline)?;
-    let mut engine = Engine::new(params).context("invalid analysis parameters")?;
-    let telemetry = Telemetry::default();
-    let (targets, mut reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
+    let max_targets = params.max_targets;
+    let telemetry = Arc::new(Telemetry::default());
+    let mut engine = offline::build_engine(&args.offline, params, &telemetry)?;
+    let (targets, mut reports, events) = offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
     let mut triggered = Vec::new();
     match args.trigger_at {
         Some(at) => {
             for target in &targets {
-                triggered.extend(engine.trigger(target, at));
+                triggered.extend(engine.trigger(target, at).context("on-demand diagnosis")?);
             }
         }
-        None => reports.extend(engine.finish()),
+        None => reports.extend(engine.finish().context("finishing the analysis")?),
     }
     let summary = summarize(args, &telemetry, events);
     let mut out = Vec::new();

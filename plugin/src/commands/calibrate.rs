@@ -2,7 +2,7 @@
 //! (PerfCompass §3.6: an overly low CPU cap), printed as config to paste.
 
 use anyhow::Context;
-use faultline_engine::Engine;
+use std::sync::Arc;
 
 use super::offline::{self, OfflineArgs};
 use crate::pipeline::telemetry::Telemetry;
@@ -20,12 +20,13 @@ pub struct CalibrateArgs {
 /// Runs the calibration and prints a `[[targets]]` block per target.
 pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let params = offline::load_params(&args.offline)?;
-    let mut engine = Engine::new(params).context("invalid analysis parameters")?;
-    let telemetry = Telemetry::default();
-    let (targets, _reports, events) = offline::drive(&args.offline, &mut engine, &telemetry)?;
+    let max_targets = params.max_targets;
+    let telemetry = Arc::new(Telemetry::default());
+    let mut engine = offline::build_engine(&args.offline, params, &telemetry)?;
+    let (targets, _reports, events) = offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
     let mut printed = 0;
     for target in &targets {
-        match engine.calibrate(target, args.fault_start_ns) {
+        match engine.calibrate(target, args.fault_start_ns).context("calibration")? {
             Some(c) => {
                 println!("# calibrated from {} ({} affected threads, window {:.3}–{:.3} s)", args.offline.input.path.display(), c.affected_threads, c.window_start_ns as f64 / 1e9, c.window_end_ns as f64 / 1e9);
                 println!("[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n", c.target, c.target, c.alpha_seconds, c.beta_seconds);

@@ -2,16 +2,19 @@
 //! its batches to targets and feed them through an engine, with a progress bar.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use faultline_engine::syscalls::Arch;
-use faultline_engine::{Engine, Params, Report};
+use faultline_engine::{Params, Report};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::TargetConfig;
+use crate::engine_host::{build_host, EngineHost, EngineKind, HostConfig};
 use crate::pipeline::router::Router;
 use crate::pipeline::telemetry::Telemetry;
 use crate::sources::perf::PerfScriptReader;
+use crate::sources::input::open_trace;
 use crate::sources::BatchReader;
 
 /// Inputs below this size get no progress bar (it would only flicker).
@@ -29,8 +32,12 @@ pub struct InputSpec {
 pub enum InputKind {
     /// `perf script` text of `raw_syscalls:sys_enter`/`sys_exit`.
     Perf,
-    /// An LTTng kernel trace (CTF directory), decoded by babeltrace2.
+    /// `perf trace` output (whole calls with durations).
+    PerfTrace,
+    /// An LTTng kernel trace (CTF directory or `net://` live session), decoded by babeltrace2.
     Lttng,
+    /// Whatever the path holds: a directory is LTTng, a file is sniffed.
+    Auto,
 }
 
 impl std::str::FromStr for InputSpec {
@@ -42,10 +49,12 @@ impl std::str::FromStr for InputSpec {
             .ok_or_else(|| format!("expected SOURCE:PATH (e.g. perf:trace.txt.zst), got `{s}`"))?;
         let kind = match kind {
             "perf" | "perf-script" => InputKind::Perf,
+            "perf-trace" => InputKind::PerfTrace,
             "lttng" | "ctf" => InputKind::Lttng,
+            "auto" => InputKind::Auto,
             other => {
                 return Err(format!(
-                    "unknown source `{other}`: expected `perf` or `lttng`"
+                    "unknown source `{other}`: expected perf, perf-trace, lttng or auto"
                 ))
             }
         };
@@ -62,7 +71,8 @@ impl std::str::FromStr for InputSpec {
 /// Options common to the offline commands.
 #[derive(Debug, clap::Args)]
 pub struct OfflineArgs {
-    /// The trace: `perf:FILE` (perf script text; `.zst`/`.gz` read transparently, `-` for stdin) or `lttng:DIR`.
+    /// The trace: `perf:FILE` (perf script text), `perf-trace:FILE`, `lttng:DIR` (CTF, via babeltrace2)
+    /// or `auto:PATH`; files may be `.zst`/`.gz`, `-` is stdin.
     #[arg(long, short)]
     pub input: InputSpec,
     /// Analyse only processes with this command name (repeatable); default: each process name is its own target.
@@ -80,6 +90,23 @@ pub struct OfflineArgs {
     /// Never draw a progress bar.
     #[arg(long)]
     pub no_progress: bool,
+    /// How to host the engine: `native` (fastest; the default offline) or `wasm` (the sandbox `run` uses by default).
+    #[arg(long, default_value = "native", value_parser = parse_engine)]
+    pub engine: EngineKind,
+}
+
+fn parse_engine(s: &str) -> Result<EngineKind, String> {
+    match s {
+        "native" => Ok(EngineKind::Native),
+        "wasm" => Ok(EngineKind::Wasm),
+        other => Err(format!("unknown engine `{other}` (native, wasm)")),
+    }
+}
+
+/// The engine host an offline command asked for, with `params` as the default parameters.
+pub fn build_engine(args: &OfflineArgs, params: Params, telemetry: &Arc<Telemetry>) -> anyhow::Result<Box<dyn EngineHost>> {
+    let config = HostConfig { kind: args.engine, ..HostConfig::default() };
+    build_host(&config, params, telemetry.clone()).context("starting the analysis engine")
 }
 
 fn parse_arch(s: &str) -> Result<Arch, String> {
@@ -133,27 +160,24 @@ fn read_params_file(path: &Path) -> anyhow::Result<serde_json::Value> {
 }
 
 /// Opens the reader for `spec`; its counters land in `telemetry`.
-pub fn open_reader(
-    spec: &InputSpec,
-    arch: Arch,
-    telemetry: &Telemetry,
-) -> anyhow::Result<Box<dyn BatchReader>> {
+pub fn open_reader(spec: &InputSpec, arch: Arch, telemetry: &Telemetry) -> anyhow::Result<Box<dyn BatchReader>> {
+    let what = || format!("opening {}", spec.path.display());
     match spec.kind {
         InputKind::Perf => {
-            let stats = telemetry.source("perf");
-            let reader = PerfScriptReader::open(&spec.path, arch, stats)
-                .with_context(|| format!("opening perf script text {}", spec.path.display()))?;
+            let stats = telemetry.source(crate::sources::perf::script::SOURCE);
+            let reader = PerfScriptReader::open(&spec.path, arch, stats).with_context(what)?;
             Ok(Box::new(reader))
         }
-        InputKind::Lttng => open_lttng(&spec.path, telemetry),
+        InputKind::Lttng => {
+            let stats = telemetry.source(crate::sources::lttng::reader::SOURCE);
+            let input = spec.path.to_str().context("the LTTng path is not UTF-8")?;
+            Ok(Box::new(crate::sources::lttng::open(input, arch, stats).with_context(what)?))
+        }
+        InputKind::PerfTrace | InputKind::Auto => {
+            let name = if spec.path.is_dir() { crate::sources::lttng::reader::SOURCE } else { crate::sources::perf::script::SOURCE };
+            Ok(open_trace(&spec.path, arch, telemetry.source(name)).with_context(what)?)
+        }
     }
-}
-
-fn open_lttng(path: &Path, _telemetry: &Telemetry) -> anyhow::Result<Box<dyn BatchReader>> {
-    bail!(
-        "LTTng input is not wired into `analyze` yet ({})",
-        path.display()
-    )
 }
 
 /// The router of an offline run: `--target NAME` selects processes named NAME; without it,
@@ -174,18 +198,20 @@ pub fn router(only: &[String], max_targets: usize) -> Router {
 /// come; the caller decides what ends the stream (finish, trigger, calibrate).
 pub fn drive(
     args: &OfflineArgs,
-    engine: &mut Engine,
+    engine: &mut dyn EngineHost,
     telemetry: &Telemetry,
+    max_targets: usize,
 ) -> anyhow::Result<(Vec<String>, Vec<Report>, u64)> {
     let mut reader = open_reader(&args.input, args.arch, telemetry)?;
     let total = std::fs::metadata(&args.input.path)
         .map(|m| m.len())
         .unwrap_or(0);
     let progress = progress_bar(total, args.no_progress);
-    let mut router = router(&args.targets, engine.params().max_targets);
+    let mut router = router(&args.targets, max_targets);
     let mut targets = std::collections::BTreeSet::new();
     let mut reports = Vec::new();
     let mut events = 0u64;
+    let mut lost = 0u64;
     while let Some(batch) = reader.next_batch().context("reading the trace")? {
         match router.route(&batch.process) {
             Ok(target) => {
@@ -193,8 +219,12 @@ pub fn drive(
                 if !targets.contains(&*target) {
                     targets.insert(target.to_string());
                 }
-                engine.ingest(&target, &batch.events);
-                reports.extend(engine.take_reports());
+                // A guest trap loses this batch (the host restarts the guest): say so, go on.
+                if let Err(e) = engine.ingest(&target, &batch.events) {
+                    tracing::warn!(error = %e, events = batch.events.len(), "engine rejected a batch");
+                    lost += batch.events.len() as u64;
+                }
+                reports.extend(engine.take_reports()?);
             }
             Err(reason) => telemetry
                 .source(batch.source)
@@ -206,6 +236,9 @@ pub fn drive(
     }
     if let Some(p) = progress {
         p.finish_and_clear();
+    }
+    if lost > 0 {
+        tracing::warn!(lost, "events lost to engine errors");
     }
     Ok((targets.into_iter().collect(), reports, events))
 }
