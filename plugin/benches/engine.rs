@@ -10,6 +10,10 @@
 //! ≤ 64 MiB at 10,000 threads. Peak RSS is measured in a child process per hosting
 //! (re-running this binary with `FL_BENCH_RSS_CHILD`), so pre-generated events and the
 //! other hosting do not count against it.
+//!
+//! Knobs: `FL_BENCH_QUICK=1` runs only the first case once; `FL_BENCH_NO_DEADLINE=1` runs
+//! the WASM host without the epoch deadline (shows its cost); `FAULTLINE_WASM_PERFMAP=1`
+//! lets `perf record` name the guest's JIT-compiled functions.
 
 use std::hint::black_box;
 use std::process::Command;

@@ -9,13 +9,19 @@ fn shared() -> Option<PathBuf> {
     if p.is_dir() {
         Some(p)
     } else {
-        eprintln!("!!!!! SKIPPED: {} is missing (the shared traces sit beside the clone)", p.display());
+        eprintln!(
+            "!!!!! SKIPPED: {} is missing (the shared traces sit beside the clone)",
+            p.display()
+        );
         None
     }
 }
 
 fn faultline(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_faultline")).args(args).output().expect("run faultline")
+    Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(args)
+        .output()
+        .expect("run faultline")
 }
 
 fn truth(case: &Path) -> serde_json::Value {
@@ -28,8 +34,14 @@ fn json_output_has_the_documented_schema_in_the_trace_clock() {
     let Some(shared) = shared() else { return };
     let case = shared.join("perf-faults/mariadb_cpu_cap");
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
-    let out = faultline(&["analyze", "--input", &input, "--target", "mariadbd", "--format", "json"]);
-    assert!(out.status.success(), "analyze failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = faultline(&[
+        "analyze", "--input", &input, "--target", "mariadbd", "--format", "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "analyze failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let stdout = String::from_utf8(out.stdout).expect("utf-8");
     let lines: Vec<&str> = stdout.lines().collect();
     assert_eq!(lines.len(), 1, "one object per target, one target selected");
@@ -56,12 +68,18 @@ fn json_output_has_the_documented_schema_in_the_trace_clock() {
     assert_eq!(v["target"], "mariadbd");
     // Windows are in the trace's own clock: inside the recorded span.
     let t = truth(&case);
-    let (start, end) = (t["trace_start_ns"].as_u64().unwrap(), t["trace_end_ns"].as_u64().unwrap());
+    let (start, end) = (
+        t["trace_start_ns"].as_u64().unwrap(),
+        t["trace_end_ns"].as_u64().unwrap(),
+    );
     let timeline = v["timeline"].as_array().expect("timeline array");
     assert!(!timeline.is_empty());
     for e in timeline {
         let w = e["window_end_ns"].as_u64().expect("window_end_ns");
-        assert!(w >= start && w <= end + 1_000_000_000, "window end {w} outside trace [{start}, {end}]");
+        assert!(
+            w >= start && w <= end + 1_000_000_000,
+            "window end {w} outside trace [{start}, {end}]"
+        );
     }
     // Every event of the trace was read (933,242 lines, no decode errors).
     assert_eq!(v["input"]["decode_errors"], 0);
@@ -75,8 +93,20 @@ fn trigger_diagnoses_around_the_alarm_time() {
     let t = truth(&case);
     let alarm = t["fault_start_ns"].as_u64().unwrap() + 10_000_000_000;
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
-    let out = faultline(&["analyze", "--input", &input, "--trigger-at", &alarm.to_string(), "--format", "json"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = faultline(&[
+        "analyze",
+        "--input",
+        &input,
+        "--trigger-at",
+        &alarm.to_string(),
+        "--format",
+        "json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
     assert_eq!(v["trigger"], "on_demand");
     // The alarm says the target became slow at `alarm`: the window reaches W back from it
@@ -86,7 +116,10 @@ fn trigger_diagnoses_around_the_alarm_time() {
     assert!(v["window_end_ns"].as_u64().unwrap() >= alarm);
     // The onset is the alarm, or an earlier corroborated onset inside the window.
     let onset = v["anomaly_onset_ns"].as_u64().expect("an onset");
-    assert!(onset <= alarm && onset >= alarm - w, "onset {onset} vs alarm {alarm}");
+    assert!(
+        onset <= alarm && onset >= alarm - w,
+        "onset {onset} vs alarm {alarm}"
+    );
 }
 
 #[test]
@@ -96,10 +129,25 @@ fn calibrate_prints_config_that_check_config_accepts() {
     let t = truth(&case);
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
     let start = t["fault_start_ns"].as_u64().unwrap().to_string();
-    let out = faultline(&["calibrate", "--input", &input, "--target", "mariadbd", "--fault-start-ns", &start]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = faultline(&[
+        "calibrate",
+        "--input",
+        &input,
+        "--target",
+        "mariadbd",
+        "--fault-start-ns",
+        &start,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let toml = String::from_utf8(out.stdout).expect("utf-8");
-    assert!(toml.contains("alpha_seconds = ") && toml.contains("beta_seconds = "), "{toml}");
+    assert!(
+        toml.contains("alpha_seconds = ") && toml.contains("beta_seconds = "),
+        "{toml}"
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("calibrated.toml");
     std::fs::write(&file, &toml).expect("write");
@@ -117,12 +165,42 @@ fn bad_inputs_fail_with_a_clear_message() {
     let garbage = dir.path().join("garbage.txt");
     std::fs::write(&garbage, "this is not a trace\n\u{0}\u{1}binary junk\n").expect("write");
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (vec!["analyze".into(), "--input".into(), "nosuch:/x".into()], "unknown source"),
-        (vec!["analyze".into(), "--input".into(), "perf:/nonexistent/trace.txt".into()], "nonexistent"),
-        (vec!["analyze".into(), "--input".into(), format!("perf:{}", garbage.display())], "no report"),
-        (vec!["analyze".into(), "--input".into(), format!("auto:{}", garbage.display())], "not a recognised trace"),
         (
-            vec!["analyze".into(), "--input".into(), format!("perf:{}", garbage.display()), "--set".into(), "alpha_seconds=-1".into()],
+            vec!["analyze".into(), "--input".into(), "nosuch:/x".into()],
+            "unknown source",
+        ),
+        (
+            vec![
+                "analyze".into(),
+                "--input".into(),
+                "perf:/nonexistent/trace.txt".into(),
+            ],
+            "nonexistent",
+        ),
+        (
+            vec![
+                "analyze".into(),
+                "--input".into(),
+                format!("perf:{}", garbage.display()),
+            ],
+            "no report",
+        ),
+        (
+            vec![
+                "analyze".into(),
+                "--input".into(),
+                format!("auto:{}", garbage.display()),
+            ],
+            "not a recognised trace",
+        ),
+        (
+            vec![
+                "analyze".into(),
+                "--input".into(),
+                format!("perf:{}", garbage.display()),
+                "--set".into(),
+                "alpha_seconds=-1".into(),
+            ],
             "alpha_seconds",
         ),
     ];
@@ -130,7 +208,10 @@ fn bad_inputs_fail_with_a_clear_message() {
         let out = faultline(&args.iter().map(String::as_str).collect::<Vec<_>>());
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{args:?} should fail");
-        assert!(stderr.contains(expected), "{args:?}: expected `{expected}` in: {stderr}");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected `{expected}` in: {stderr}"
+        );
         assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
     }
 }

@@ -100,6 +100,7 @@ fn compare(shape: EventShape, fault: FaultSpec) {
     assert_eq!(a["counters"]["events"], json!(2 * events.len()));
     // The comparison covers real reports, not just empty lists.
     assert!(a["finish"].as_array().is_some_and(|r| !r.is_empty()));
+    // FL_DUMP=<dir> writes both transcripts, to diff them when this test fails.
     if let Ok(dir) = std::env::var("FL_DUMP") {
         std::fs::write(
             format!("{dir}/native-{shape:?}.json"),

@@ -166,7 +166,10 @@ fn without_a_config_file_env_overrides_apply_and_sigint_exits_cleanly() {
     assert_eq!(status, 200);
     assert_eq!(sample(&body, "faultline_targets"), Some(0.0));
     // The default queue, idle.
-    assert_eq!(sample(&body, "faultline_queue_capacity_batches"), Some(256.0));
+    assert_eq!(
+        sample(&body, "faultline_queue_capacity_batches"),
+        Some(256.0)
+    );
     assert_eq!(sample(&body, "faultline_queue_batches"), Some(0.0));
     let (status, body) = http(run.addr, "GET", "/report");
     assert_eq!((status, body.as_str()), (200, "[]"));

@@ -101,7 +101,8 @@ pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<Vec<TargetAnalysis>> {
     let max_targets = params.max_targets;
     let telemetry = Arc::new(Telemetry::default());
     let mut engine = offline::build_engine(&args.offline, params, &telemetry)?;
-    let (targets, mut reports, events) = offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
+    let (targets, mut reports, events) =
+        offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
     let mut triggered = Vec::new();
     match args.trigger_at {
         Some(at) => {

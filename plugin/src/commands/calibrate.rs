@@ -23,7 +23,8 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     let max_targets = params.max_targets;
     let telemetry = Arc::new(Telemetry::default());
     let mut engine = offline::build_engine(&args.offline, params, &telemetry)?;
-    let (targets, _reports, events) = offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
+    let (targets, _reports, events) =
+        offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
     let mut printed = 0;
     for target in &targets {
         match engine.calibrate(target, args.fault_start_ns).context("calibration")? {

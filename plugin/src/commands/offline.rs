@@ -13,8 +13,8 @@ use crate::config::TargetConfig;
 use crate::engine_host::{build_host, EngineHost, EngineKind, HostConfig};
 use crate::pipeline::router::Router;
 use crate::pipeline::telemetry::Telemetry;
-use crate::sources::perf::PerfScriptReader;
 use crate::sources::input::open_trace;
+use crate::sources::perf::PerfScriptReader;
 use crate::sources::BatchReader;
 
 /// Inputs below this size get no progress bar (it would only flicker).
@@ -104,8 +104,15 @@ fn parse_engine(s: &str) -> Result<EngineKind, String> {
 }
 
 /// The engine host an offline command asked for, with `params` as the default parameters.
-pub fn build_engine(args: &OfflineArgs, params: Params, telemetry: &Arc<Telemetry>) -> anyhow::Result<Box<dyn EngineHost>> {
-    let config = HostConfig { kind: args.engine, ..HostConfig::default() };
+pub fn build_engine(
+    args: &OfflineArgs,
+    params: Params,
+    telemetry: &Arc<Telemetry>,
+) -> anyhow::Result<Box<dyn EngineHost>> {
+    let config = HostConfig {
+        kind: args.engine,
+        ..HostConfig::default()
+    };
     build_host(&config, params, telemetry.clone()).context("starting the analysis engine")
 }
 
@@ -160,7 +167,11 @@ fn read_params_file(path: &Path) -> anyhow::Result<serde_json::Value> {
 }
 
 /// Opens the reader for `spec`; its counters land in `telemetry`.
-pub fn open_reader(spec: &InputSpec, arch: Arch, telemetry: &Telemetry) -> anyhow::Result<Box<dyn BatchReader>> {
+pub fn open_reader(
+    spec: &InputSpec,
+    arch: Arch,
+    telemetry: &Telemetry,
+) -> anyhow::Result<Box<dyn BatchReader>> {
     let what = || format!("opening {}", spec.path.display());
     match spec.kind {
         InputKind::Perf => {
@@ -171,10 +182,16 @@ pub fn open_reader(spec: &InputSpec, arch: Arch, telemetry: &Telemetry) -> anyho
         InputKind::Lttng => {
             let stats = telemetry.source(crate::sources::lttng::reader::SOURCE);
             let input = spec.path.to_str().context("the LTTng path is not UTF-8")?;
-            Ok(Box::new(crate::sources::lttng::open(input, arch, stats).with_context(what)?))
+            Ok(Box::new(
+                crate::sources::lttng::open(input, arch, stats).with_context(what)?,
+            ))
         }
         InputKind::PerfTrace | InputKind::Auto => {
-            let name = if spec.path.is_dir() { crate::sources::lttng::reader::SOURCE } else { crate::sources::perf::script::SOURCE };
+            let name = if spec.path.is_dir() {
+                crate::sources::lttng::reader::SOURCE
+            } else {
+                crate::sources::perf::script::SOURCE
+            };
             Ok(open_trace(&spec.path, arch, telemetry.source(name)).with_context(what)?)
         }
     }
