@@ -12,10 +12,14 @@
 //!
 //! Issue target: ≥ 1 M events/s on this 2-core machine. The client shares those 2 cores
 //! (its own work is one thread), and so do other processes: medians of a few fresh runs.
+//! So the table also gives the CPU time of server and client per run, and the rate two
+//! otherwise idle cores would sustain at that cost (2 cores × events / CPU seconds, an
+//! upper bound that assumes the work spreads over both cores).
 //!
 //! Knobs: `FL_BENCH_QUICK=1` one native run; `FL_BENCH_OTLP_REQUESTS` (default 500) and
 //! `FL_BENCH_OTLP_RECORDS` (records per request, default 4000, at most 4096 so a request is
-//! one engine batch); `FL_BENCH_OTLP_IN_FLIGHT` (default 8).
+//! one engine batch); `FL_BENCH_OTLP_IN_FLIGHT` (default 8); `FL_BENCH_FAULTLINE_BIN` runs
+//! another `faultline` build (before/after comparisons).
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -216,7 +220,10 @@ fn start_server(engine: &str) -> Result<Server, String> {
          [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n"
     );
     std::fs::write(&cfg, toml).map_err(|e| e.to_string())?;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
+    // FL_BENCH_FAULTLINE_BIN compares another build (e.g. a copy from before a change).
+    let bin = std::env::var_os("FL_BENCH_FAULTLINE_BIN")
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_faultline").into());
+    let mut child = Command::new(bin)
         .args(["run", "--config"])
         .arg(&cfg)
         .env("RUST_LOG", "info")
@@ -234,7 +241,12 @@ fn start_server(engine: &str) -> Result<Server, String> {
         }
     });
     let addr = |line: &str, key: &str| -> Option<SocketAddr> {
-        line.split(key).nth(1)?.split_whitespace().next()?.parse().ok()
+        line.split(key)
+            .nth(1)?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
     };
     let (mut grpc, mut metrics) = (None, None);
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -320,6 +332,7 @@ struct RunResult {
     engine_events: f64,
     accepted: f64,
     server_cpu_s: f64,
+    client_cpu_s: f64,
     elapsed_s: f64,
     peak_rss_mib: f64,
 }
@@ -353,6 +366,7 @@ async fn run_once(
     let before = scrape(&http, server.metrics).await;
     let calls_before = sample(&before, "faultline_analysis_duration_seconds_count");
     let cpu_before = proc_cpu_seconds(pid);
+    let client_cpu_before = proc_cpu_seconds(std::process::id());
 
     let next = Arc::new(AtomicUsize::new(0));
     let retries = Arc::new(AtomicU64::new(0));
@@ -409,8 +423,15 @@ async fn run_once(
     };
     let elapsed = started.elapsed().max(sent_done);
     let cpu = proc_cpu_seconds(pid) - cpu_before;
-    let received = sample(&body, r#"faultline_events_received_total{source="otlp_grpc"}"#);
-    let dropped = sample(&body, r#"faultline_events_dropped_total{source="otlp_grpc""#);
+    let client_cpu = proc_cpu_seconds(std::process::id()) - client_cpu_before;
+    let received = sample(
+        &body,
+        r#"faultline_events_received_total{source="otlp_grpc"}"#,
+    );
+    let dropped = sample(
+        &body,
+        r#"faultline_events_dropped_total{source="otlp_grpc""#,
+    );
     let accepted = received - dropped;
     // Engine counters are refreshed every second or when idle: untimed confirmation.
     let mut engine_events = 0.0;
@@ -436,6 +457,7 @@ async fn run_once(
         engine_events,
         accepted,
         server_cpu_s: cpu,
+        client_cpu_s: client_cpu,
         elapsed_s: secs,
         peak_rss_mib,
     })
@@ -480,9 +502,18 @@ fn main() {
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         if quick() { 1 } else { REPS },
     );
+    // Other processes on the machine depress the rate; say how busy it was.
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "load average before the runs: {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     println!();
-    println!("| engine | M events/s | MB/s | requests/s | queue-full retries | dropped events | engine events / accepted | server CPU s (per M events) | run s | peak RSS MiB |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| engine | M events/s | MB/s | requests/s | queue-full retries | dropped events | engine events / accepted | server CPU s (per M events) | client CPU s | idle 2-core ceiling M ev/s | run s | peak RSS MiB |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let engines: &[&str] = if quick() {
         &["native"]
     } else {
@@ -509,8 +540,10 @@ fn main() {
             native_rate = rate;
         }
         let events_m = (n_requests * records) as f64 / 1e6;
+        // What two otherwise idle cores would sustain at the measured CPU cost per event.
+        let ceiling = 2.0 * events_m / m(|r| r.server_cpu_s + r.client_cpu_s);
         println!(
-            "| {engine} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} | {:.2} ({:.2}) | {:.2} | {:.1} |",
+            "| {engine} | {:.2} | {:.1} | {:.0} | {:.0} | {:.0} | {:.0} / {:.0} | {:.2} ({:.2}) | {:.2} | {:.2} | {:.2} | {:.1} |",
             rate / 1e6,
             m(|r| r.mb_per_s),
             m(|r| r.requests_per_s),
@@ -520,6 +553,8 @@ fn main() {
             m(|r| r.accepted),
             m(|r| r.server_cpu_s),
             m(|r| r.server_cpu_s) / events_m,
+            m(|r| r.client_cpu_s),
+            ceiling,
             m(|r| r.elapsed_s),
             m(|r| r.peak_rss_mib),
         );

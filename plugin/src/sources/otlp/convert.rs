@@ -55,6 +55,9 @@ pub(crate) struct Grouper {
     source: &'static str,
     open: Vec<(ProcessInfo, Vec<SyscallEvent>)>,
     out: Decoded,
+    /// Records still expected from the current resource: the next new group reserves
+    /// room for them once (saving the doubling copies), and never more than a batch.
+    reserve_hint: usize,
 }
 
 impl Grouper {
@@ -63,7 +66,13 @@ impl Grouper {
             source,
             open: Vec::new(),
             out: Decoded::default(),
+            reserve_hint: 0,
         }
+    }
+
+    /// Announces how many records the next resource carries (capacity hint only).
+    pub fn expect_records(&mut self, n: usize) {
+        self.reserve_hint = n.min(MAX_BATCH_EVENTS);
     }
 
     /// Routes one mapped record; `process` is the record's process (event pid wins over it).
@@ -98,7 +107,9 @@ impl Grouper {
             None => {
                 let mut p = process.clone();
                 p.pid = pid;
-                self.open.push((p, Vec::new()));
+                // Consumed by the first group, so reservations never exceed the records.
+                let reserve = std::mem::take(&mut self.reserve_hint);
+                self.open.push((p, Vec::with_capacity(reserve)));
                 self.open.len() - 1
             }
         };
@@ -163,6 +174,7 @@ pub(crate) fn logs(
     for rl in &req.resource_logs {
         let res = resource_attrs(&rl.resource);
         let process = process_info(names, res);
+        g.expect_records(rl.scope_logs.iter().map(|s| s.log_records.len()).sum());
         for rec in rl.scope_logs.iter().flat_map(|s| s.log_records.iter()) {
             let attrs = Layered {
                 first: rec.attributes.as_slice(),
@@ -192,6 +204,7 @@ pub(crate) fn traces(
     for rs in &req.resource_spans {
         let res = resource_attrs(&rs.resource);
         let process = process_info(names, res);
+        g.expect_records(rs.scope_spans.iter().map(|s| s.spans.len()).sum());
         for span in rs.scope_spans.iter().flat_map(|s| s.spans.iter()) {
             let attrs = Layered {
                 first: span.attributes.as_slice(),

@@ -67,9 +67,8 @@ pub(crate) fn map_record<A: Attrs + ?Sized>(
     time: RecordTime,
     name_fallback: Option<&str>,
 ) -> Mapped {
-    let is_exit = attrs
-        .get(&names.syscall_phase)
-        .is_some_and(|p| p.as_str() == Some("exit"));
+    let phase = attrs.get(&names.syscall_phase);
+    let is_exit = phase.is_some_and(|p| p.as_str() == Some("exit"));
     let syscall = match syscall_id(names, attrs, name_fallback) {
         // A generic exit record (old LTTng `exit_syscall`): the engine's pairing names it.
         None if is_exit => SyscallId::UNKNOWN,
@@ -96,7 +95,7 @@ pub(crate) fn map_record<A: Attrs + ?Sized>(
     let exit = u(&names.syscall_exit_ns);
     let duration = u(&names.syscall_duration_ns);
 
-    let mut event = if let Some(phase) = attrs.get(&names.syscall_phase) {
+    let mut event = if let Some(phase) = phase {
         let record_ns = match time {
             RecordTime::Instant(t) => t,
             RecordTime::Span { start_ns, .. } => start_ns,
