@@ -22,3 +22,4 @@ pub mod model;
 pub mod pipeline;
 pub mod sinks;
 pub mod sources;
+pub mod time;

@@ -161,7 +161,8 @@ async fn alertmanager(s: &HttpState, body: &[u8]) -> Response {
     let mut skipped = Vec::new();
     for a in parsed.alerts.iter().take(MAX_ALERTS) {
         let target = a.labels.get("target");
-        let at = rfc3339_to_unix_ns(&a.starts_at);
+        // Alertmanager's zero time (0001-01-01) and pre-1970 dates are "no time".
+        let at = crate::time::rfc3339_to_unix_ns(&a.starts_at).filter(|&v| v > 0);
         match (a.status.as_str(), target, at) {
             ("firing", Some(t), Some(at_ns)) => match ask(s, t.clone(), at_ns).await {
                 Ok(Some(r)) => reports.push(r),
@@ -201,99 +202,5 @@ async fn ask(
             StatusCode::SERVICE_UNAVAILABLE,
             "engine did not answer in time",
         )),
-    }
-}
-
-/// `2026-11-22T14:20:25.123456789Z` (or with a `±hh:mm` offset) as Unix nanoseconds;
-/// `None` for anything else, including Alertmanager's zero time and pre-1970 dates.
-fn rfc3339_to_unix_ns(s: &str) -> Option<u64> {
-    let b = s.as_bytes();
-    let num = |r: std::ops::Range<usize>| -> Option<i64> {
-        let t = s.get(r)?;
-        if t.bytes().all(|c| c.is_ascii_digit()) {
-            t.parse().ok()
-        } else {
-            None
-        }
-    };
-    if b.len() < 20
-        || b.get(4) != Some(&b'-')
-        || b.get(7) != Some(&b'-')
-        || b.get(13) != Some(&b':')
-    {
-        return None;
-    }
-    if !matches!(b.get(10), Some(b'T' | b't' | b' ')) {
-        return None;
-    }
-    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    let (hour, min, sec) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) || hour > 23 || min > 59 || sec > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut nanos = 0i64;
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        let start = i;
-        while b.get(i).is_some_and(u8::is_ascii_digit) {
-            i += 1;
-        }
-        let digits = s.get(start..i)?;
-        if digits.is_empty() {
-            return None;
-        }
-        let kept: String = digits.chars().take(9).collect();
-        nanos = kept.parse::<i64>().ok()? * 10i64.pow(9 - kept.len() as u32);
-    }
-    let offset_secs = match s.get(i..)? {
-        "Z" | "z" => 0,
-        tz if tz.len() == 6
-            && matches!(tz.as_bytes()[0], b'+' | b'-')
-            && tz.as_bytes()[3] == b':' =>
-        {
-            let h = num(i + 1..i + 3)?;
-            let m = num(i + 4..i + 6)?;
-            let sign = if tz.starts_with('-') { -1 } else { 1 };
-            sign * (h * 3600 + m * 60)
-        }
-        _ => return None,
-    };
-    // Days from 1970-01-01 (H. Hinnant's days_from_civil).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + hour * 3600 + min * 60 + sec - offset_secs;
-    let ns = i128::from(secs) * 1_000_000_000 + i128::from(nanos);
-    u64::try_from(ns).ok().filter(|&v| v > 0)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::rfc3339_to_unix_ns;
-
-    #[test]
-    fn alertmanager_timestamps_become_unix_nanoseconds() {
-        // `date -u -d 2026-11-22T14:20:25Z +%s` = 1795357225.
-        assert_eq!(
-            rfc3339_to_unix_ns("2026-11-22T14:20:25Z"),
-            Some(1_795_357_225_000_000_000)
-        );
-        assert_eq!(
-            rfc3339_to_unix_ns("2026-11-22T15:20:25.5+01:00"),
-            Some(1_795_357_225_500_000_000)
-        );
-        assert_eq!(
-            rfc3339_to_unix_ns("1970-01-01T00:00:01.000000001Z"),
-            Some(1_000_000_001)
-        );
-        // Alertmanager's "no time" and garbage.
-        assert_eq!(rfc3339_to_unix_ns("0001-01-01T00:00:00Z"), None);
-        assert_eq!(rfc3339_to_unix_ns("yesterday"), None);
-        assert_eq!(rfc3339_to_unix_ns("2026-13-22T14:20:25Z"), None);
     }
 }
