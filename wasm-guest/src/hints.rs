@@ -124,17 +124,6 @@ fn looks_like_syscall(name: &str) -> bool {
 mod tests {
     use super::*;
 
-    const SUBSYSTEMS: [Subsystem; 8] = [
-        Subsystem::CpuScheduling,
-        Subsystem::Memory,
-        Subsystem::DiskIo,
-        Subsystem::NetworkIo,
-        Subsystem::Locking,
-        Subsystem::ProcessManagement,
-        Subsystem::Other,
-        Subsystem::None,
-    ];
-
     /// Words a hint must contain to be about this subsystem.
     fn subsystem_word(subsystem: Subsystem, verdict: Verdict) -> &'static str {
         match (subsystem, verdict) {
@@ -152,7 +141,7 @@ mod tests {
     #[test]
     fn every_combination_names_its_verdict_and_subsystem() {
         for verdict in Verdict::ALL {
-            for subsystem in SUBSYSTEMS {
+            for subsystem in Subsystem::ALL {
                 let text = hint(verdict, subsystem, None);
                 assert!(text.ends_with('.'), "{text}");
                 // One sentence: no full stop before the end.
@@ -179,7 +168,7 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for verdict in [Verdict::External, Verdict::Internal] {
             // Other and None share a sentence: neither names a subsystem.
-            for subsystem in &SUBSYSTEMS[..7] {
+            for subsystem in &Subsystem::ALL[..7] {
                 assert!(seen.insert(hint(verdict, *subsystem, None)));
             }
         }

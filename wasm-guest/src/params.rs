@@ -19,6 +19,9 @@ pub struct ParamError {
 #[serde(default, deny_unknown_fields)]
 pub struct Params {
     /// α: fault onset time threshold; a thread whose onset is below it is *directly* affected.
+    /// 1 s by default: a thread can only show a fault after k × `confirm_runs` moving
+    /// averages, which at a busy server thread's 200–400 calls/s takes up to ~0.8 s
+    /// (measured on the real MariaDB CPU/memory/network faults; see EVALUATION.md).
     pub alpha_seconds: f64,
     /// β: onset dispersion threshold for borderline τ (Ω > β → internal).
     pub beta_seconds: f64,
@@ -71,7 +74,8 @@ pub struct Params {
     pub max_syscalls_per_thread: usize,
     /// Calls a thread must make between the onset and onset + α to count as active (τ's
     /// denominator): a thread parked in timed waits makes a handful and could not have
-    /// shown a direct impact; one extreme call in ~100 is what a CPU cap produces.
+    /// shown a direct impact; one extreme call in ~100 is what a CPU cap produces. The
+    /// default (200 with α = 1 s) is a rate of 200 calls/s: scale it with α.
     pub min_active_calls: u32,
     /// Threads that must be affected before a target is declared anomalous (2: a single
     /// thread's outlier is too weak evidence to page anyone; see EVALUATION.md).
@@ -81,7 +85,7 @@ pub struct Params {
 impl Default for Params {
     fn default() -> Self {
         Self {
-            alpha_seconds: 0.5,
+            alpha_seconds: 1.0,
             beta_seconds: 0.25,
             external_threshold: 0.9,
             internal_threshold: 0.8,
@@ -104,7 +108,7 @@ impl Default for Params {
             min_frequency_increase: 1.0,
             max_syscalls_per_thread: 16,
             min_affected_threads: 2,
-            min_active_calls: 100,
+            min_active_calls: 200,
         }
     }
 }

@@ -66,6 +66,18 @@ pub enum Subsystem {
 }
 
 impl Subsystem {
+    /// All subsystems, in the order metrics expose them as a state set.
+    pub const ALL: [Subsystem; 8] = [
+        Subsystem::CpuScheduling,
+        Subsystem::Memory,
+        Subsystem::DiskIo,
+        Subsystem::NetworkIo,
+        Subsystem::Locking,
+        Subsystem::ProcessManagement,
+        Subsystem::Other,
+        Subsystem::None,
+    ];
+
     /// The snake_case label used in metrics.
     pub fn as_str(self) -> &'static str {
         match self {

@@ -98,6 +98,9 @@ fn borderline_impact_is_resolved_by_dispersion() {
     let params = Params {
         alpha_seconds: 5.0,
         beta_seconds: 0.25,
+        // The stream was sized for this activity floor (20 calls/s over α = 5 s); the
+        // default floor is meant for α ≈ 1 s.
+        min_active_calls: 100,
         ..Params::default()
     };
     let s = spec(

@@ -34,17 +34,6 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// Longest hint exported as a label; the full text is in `/report`.
 pub const MAX_HINT_CHARS: usize = 256;
 
-const SUBSYSTEMS: [Subsystem; 8] = [
-    Subsystem::CpuScheduling,
-    Subsystem::Memory,
-    Subsystem::DiskIo,
-    Subsystem::NetworkIo,
-    Subsystem::Locking,
-    Subsystem::ProcessManagement,
-    Subsystem::Other,
-    Subsystem::None,
-];
-
 const TRIGGERS: [(Trigger, &str); 3] = [
     (Trigger::Cadence, "cadence"),
     (Trigger::OnDemand, "on_demand"),
@@ -348,7 +337,7 @@ impl Collector for SeriesCollector {
             "faultline_subsystem",
             "State set: 1 for the kernel subsystem the last report's ranking points at",
             t.iter().flat_map(|(n, s)| {
-                SUBSYSTEMS.into_iter().map(move |v| {
+                Subsystem::ALL.into_iter().map(move |v| {
                     (
                         vec![("target", n.as_str()), ("subsystem", v.as_str())],
                         f64::from(u8::from(v == s.subsystem)),
