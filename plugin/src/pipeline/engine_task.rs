@@ -177,8 +177,16 @@ impl EngineTask {
     /// No events for a while: the engine evaluates in event time only, so all we can do
     /// is collect reports that became due and make the sinks' output visible.
     fn on_idle(&mut self) {
+        self.collect(|engine| engine.take_reports());
+    }
+
+    /// Runs one report-producing engine call, timed, and hands its reports to the sinks.
+    fn collect(
+        &mut self,
+        call: impl FnOnce(&mut dyn EngineHost) -> Result<Vec<Report>, HostError>,
+    ) {
         let started = Instant::now();
-        let result = self.engine.take_reports();
+        let result = call(self.engine.as_mut());
         self.observe(started);
         match result {
             Ok(reports) => self.publish(&reports),
@@ -189,15 +197,7 @@ impl EngineTask {
     }
 
     fn shutdown(&mut self) {
-        let started = Instant::now();
-        let result = self.engine.finish();
-        self.observe(started);
-        match result {
-            Ok(reports) => self.publish(&reports),
-            Err(e) => self.engine_error(&e),
-        }
-        self.refresh_counters();
-        self.flush();
+        self.collect(|engine| engine.finish());
         tracing::info!(
             batches = self.summary.batches,
             events = self.summary.events,
