@@ -5,6 +5,7 @@
 //! push sources (OTLP) feed a [`crate::pipeline::queue::BatchSender`] directly.
 
 pub mod input;
+pub(crate) mod lines;
 pub mod lttng;
 pub mod otlp;
 pub mod perf;

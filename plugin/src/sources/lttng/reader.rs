@@ -13,6 +13,7 @@
 //! counted as dropped with reason `no_target`** (they cannot be routed to any target) and in
 //! [`LttngCounters::no_thread`]; they are not decode errors, the line itself is fine.
 
+use crate::sources::lines::{LineDecoder, LineInput};
 use std::collections::HashMap;
 use std::io::BufRead;
 use std::sync::Arc;
@@ -44,15 +45,8 @@ pub struct LttngCounters {
 
 /// Reads babeltrace2 text (from a file, or a running babeltrace2's stdout).
 pub struct LttngTextReader<R> {
-    input: R,
+    input: LineInput<R>,
     decoder: Decoder,
-    /// A line that straddled two buffer fills.
-    line: Vec<u8>,
-    line_no: u64,
-    bytes: u64,
-    eof: bool,
-    /// Flush held events whenever the input runs dry (live sessions).
-    live: bool,
 }
 
 /// Everything a line updates; apart from the input so lines can be parsed in place in
@@ -95,7 +89,7 @@ impl<R: BufRead + Send> LttngTextReader<R> {
     /// A reader of babeltrace2 text; `arch` names `syscall_entry_unknown { id }` numbers.
     pub fn new(input: R, arch: Arch, stats: Arc<SourceStats>) -> Self {
         Self {
-            input,
+            input: LineInput::new(input, "babeltrace2 output"),
             decoder: Decoder {
                 arch,
                 text: TextLine::default(),
@@ -106,25 +100,20 @@ impl<R: BufRead + Send> LttngTextReader<R> {
                 counters: LttngCounters::default(),
                 log: DecodeLog::new(SOURCE),
             },
-            line: Vec::with_capacity(512),
-            line_no: 0,
-            bytes: 0,
-            eof: false,
-            live: false,
         }
     }
 
     /// Marks the input as a live session: held events are emitted each time the buffered
     /// input is used up, instead of waiting for full batches or a second of trace time.
     pub fn live(mut self) -> Self {
-        self.live = true;
+        self.input.set_live(true);
         self
     }
 
     /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process ids a host
     /// records to stop a live capture (the reader blocks while the tool is quiet).
     pub fn get_ref(&self) -> &R {
-        &self.input
+        self.input.get_ref()
     }
 
     /// What was seen so far besides emitted events.
@@ -329,66 +318,22 @@ fn delta(start: PerfCounters, end: PerfCounters) -> PerfCounters {
     }
 }
 
+impl LineDecoder for Decoder {
+    fn line(&mut self, line_no: u64, line: &[u8]) {
+        Decoder::line(self, line_no, line);
+    }
+    fn batcher(&mut self) -> &mut Batcher {
+        &mut self.batcher
+    }
+}
+
 impl<R: BufRead + Send> BatchReader for LttngTextReader<R> {
     fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
-        let io_err = |source| SourceError::Io {
-            what: "babeltrace2 output".into(),
-            source,
-        };
-        loop {
-            if let Some(batch) = self.decoder.batcher.pop_ready() {
-                return Ok(Some(batch));
-            }
-            if self.eof {
-                return Ok(None);
-            }
-            if !self.line.is_empty() {
-                // Finish a line that straddled two buffer fills.
-                let n = self
-                    .input
-                    .read_until(b'\n', &mut self.line)
-                    .map_err(io_err)?;
-                self.bytes += n as u64;
-                self.line_no += 1;
-                self.decoder.line(self.line_no, &self.line);
-                self.line.clear();
-                continue;
-            }
-            if self.live && self.decoder.batcher.has_pending() {
-                // Everything read so far is decoded; the next read may block for long.
-                self.decoder.batcher.flush_all();
-                continue;
-            }
-            // Fast path: parse whole lines in place in the input's buffer (no copy).
-            let buf = self.input.fill_buf().map_err(io_err)?;
-            if buf.is_empty() {
-                self.eof = true;
-                self.decoder.batcher.flush_all();
-                continue;
-            }
-            let mut used = 0;
-            while let Some(nl) = buf.get(used..).and_then(|rest| memchr::memchr(b'\n', rest)) {
-                let end = used + nl + 1;
-                self.line_no += 1;
-                self.decoder
-                    .line(self.line_no, buf.get(used..end).unwrap_or_default());
-                used = end;
-                if self.decoder.batcher.has_ready() {
-                    break;
-                }
-            }
-            if used == 0 {
-                // No complete line buffered: keep the fragment, read_until completes it.
-                self.line.extend_from_slice(buf);
-                used = buf.len();
-            }
-            self.bytes += used as u64;
-            self.input.consume(used);
-        }
+        self.input.next_batch(&mut self.decoder)
     }
 
     fn bytes_read(&self) -> u64 {
-        self.bytes
+        self.input.bytes()
     }
 }
 

@@ -1,5 +1,6 @@
 //! [`PerfScriptReader`]: `perf script` text of syscall tracepoints → per-process batches.
 
+use crate::sources::lines::{LineDecoder, LineInput};
 use std::io::BufRead;
 use std::path::Path;
 use std::sync::Arc;
@@ -25,20 +26,13 @@ pub const SOURCE: &str = "perf";
 /// set perf prints no process id; events then carry `pid = tid` and batches are grouped by
 /// command name with `ProcessInfo::pid = None`.
 pub struct PerfScriptReader<R> {
-    input: R,
+    input: LineInput<R>,
     arch: Arch,
     parser: LineParser,
     batcher: Batcher,
     stats: Arc<SourceStats>,
-    line: Vec<u8>,
-    line_no: u64,
-    bytes: u64,
-    eof: bool,
     log: DecodeLog,
     raw_bytes: Option<ByteCounter>,
-    /// Flush held events whenever the input runs dry (live pipes: a quiet target's events
-    /// must not wait for the next burst).
-    live: bool,
 }
 
 impl PerfScriptReader<Box<dyn BufRead + Send>> {
@@ -55,18 +49,13 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
     /// of the traced machine, so this must match where the trace was recorded).
     pub fn new(input: R, arch: Arch, stats: Arc<SourceStats>) -> Self {
         Self {
-            input,
+            input: LineInput::new(input, "perf script input"),
             arch,
             parser: LineParser::new(),
             batcher: Batcher::new(SOURCE, stats.clone()),
             stats,
-            line: Vec::with_capacity(512),
-            line_no: 0,
-            bytes: 0,
-            eof: false,
             log: DecodeLog::new(SOURCE),
             raw_bytes: None,
-            live: false,
         }
     }
 
@@ -86,24 +75,24 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
     /// Marks the input as a live stream: held events are emitted each time the buffered
     /// input is used up, instead of waiting for full batches or a second of trace time.
     pub fn live(mut self) -> Self {
-        self.live = true;
+        self.input.set_live(true);
         self
     }
 
     /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process ids a host
     /// records to stop a live capture (the reader blocks while the tool is quiet).
     pub fn get_ref(&self) -> &R {
-        &self.input
+        self.input.get_ref()
     }
 
     /// Decompressed text bytes consumed so far (for throughput figures).
     pub fn text_bytes(&self) -> u64 {
-        self.bytes
+        self.input.bytes()
     }
 
     /// Lines read so far.
     pub fn lines(&self) -> u64 {
-        self.line_no
+        self.input.lines()
     }
 }
 
@@ -133,6 +122,15 @@ struct LineSink<'a> {
     log: &'a mut DecodeLog,
 }
 
+impl LineDecoder for LineSink<'_> {
+    fn line(&mut self, line_no: u64, line: &[u8]) {
+        self.handle(line_no, line);
+    }
+    fn batcher(&mut self) -> &mut Batcher {
+        self.batcher
+    }
+}
+
 impl LineSink<'_> {
     fn handle(&mut self, line_no: u64, line: &[u8]) {
         match self.parser.parse(line) {
@@ -159,68 +157,19 @@ impl LineSink<'_> {
 
 impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
     fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
-        let io_err = |source| SourceError::Io {
-            what: "perf script input".into(),
-            source,
+        let mut sink = LineSink {
+            arch: self.arch,
+            parser: &self.parser,
+            batcher: &mut self.batcher,
+            stats: &self.stats,
+            log: &mut self.log,
         };
-        loop {
-            if let Some(batch) = self.batcher.pop_ready() {
-                return Ok(Some(batch));
-            }
-            if self.eof {
-                return Ok(None);
-            }
-            let mut sink = LineSink {
-                arch: self.arch,
-                parser: &self.parser,
-                batcher: &mut self.batcher,
-                stats: &self.stats,
-                log: &mut self.log,
-            };
-            if !self.line.is_empty() {
-                // Finish a line that straddled two buffer fills.
-                let n = self
-                    .input
-                    .read_until(b'\n', &mut self.line)
-                    .map_err(io_err)?;
-                self.bytes += n as u64;
-                self.line_no += 1;
-                sink.handle(self.line_no, &self.line);
-                self.line.clear();
-                continue;
-            }
-            if self.live && sink.batcher.has_pending() {
-                // Everything read so far is decoded; the next read may block for long.
-                sink.batcher.flush_all();
-                continue;
-            }
-            // Fast path: parse whole lines in place in the input's buffer (no copy).
-            let buf = self.input.fill_buf().map_err(io_err)?;
-            if buf.is_empty() {
-                self.eof = true;
-                sink.batcher.flush_all();
-                continue;
-            }
-            let mut used = 0;
-            while let Some(nl) = buf.get(used..).and_then(|rest| memchr::memchr(b'\n', rest)) {
-                let end = used + nl + 1;
-                self.line_no += 1;
-                sink.handle(self.line_no, buf.get(used..end).unwrap_or_default());
-                used = end;
-                if sink.batcher.has_ready() {
-                    break;
-                }
-            }
-            if used == 0 {
-                // No complete line buffered: keep the fragment, read_until completes it.
-                self.line.extend_from_slice(buf);
-                used = buf.len();
-            }
-            self.bytes += used as u64;
-            self.input.consume(used);
-        }
+        self.input.next_batch(&mut sink)
     }
+
     fn bytes_read(&self) -> u64 {
-        self.raw_bytes.as_ref().map_or(self.bytes, ByteCounter::get)
+        self.raw_bytes
+            .as_ref()
+            .map_or(self.input.bytes(), ByteCounter::get)
     }
 }
