@@ -17,15 +17,19 @@ pub enum DropReason {
     Capped,
     /// A record that carried no syscall (other telemetry sent to an OTLP endpoint).
     NotSyscall,
+    /// Lost before faultline saw it: the kernel ring buffer overflowed (perf's
+    /// `PERF_RECORD_LOST`), so the tracer itself reports how many events never arrived.
+    KernelLost,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 5] = [
+    pub const ALL: [DropReason; 6] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
         DropReason::NoTarget,
         DropReason::Capped,
         DropReason::NotSyscall,
+        DropReason::KernelLost,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -35,6 +39,7 @@ impl DropReason {
             DropReason::NoTarget => "no_target",
             DropReason::Capped => "capped",
             DropReason::NotSyscall => "not_syscall",
+            DropReason::KernelLost => "kernel_lost",
         }
     }
 }

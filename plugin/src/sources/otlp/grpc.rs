@@ -92,7 +92,11 @@ impl<S: Signal> UnaryService<Bytes> for Export<S> {
     type Response = S::Resp;
     type Future = Ready<Result<Response<S::Resp>, Status>>;
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
-        let result = match S::Req::decode(request.into_inner()) {
+        let body = request.into_inner();
+        if let Some(outcome) = S::handle_bytes(&self.ingest, &body) {
+            return ready(to_status(outcome));
+        }
+        let result = match S::Req::decode(body) {
             Ok(req) => to_status(S::handle(&self.ingest, &req)),
             Err(e) => {
                 count_malformed(&self.ingest.sender);

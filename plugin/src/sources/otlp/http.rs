@@ -254,6 +254,9 @@ async fn export<S: Signal>(
     let ingest = &state.ingest;
     let request = match encoding {
         Encoding::Protobuf => {
+            if let Some(outcome) = S::handle_bytes(ingest, &body) {
+                return respond(encoding, outcome);
+            }
             S::Req::decode(body.as_ref()).map_err(|e| format!("malformed OTLP protobuf: {e}"))
         }
         // A JSON array on /v1/logs is Vector-style flat events, not an OTLP document.

@@ -52,7 +52,17 @@ impl Ingest {
     }
 
     pub fn logs(&self, req: &ExportLogsServiceRequest) -> Outcome<ExportLogsServiceResponse> {
-        let d = convert::logs(self.source(), &self.names, req);
+        self.logs_decoded(convert::logs(self.source(), &self.names, req))
+    }
+
+    /// A serialized logs request decoded without prost's owned tree (see `logs_wire`);
+    /// `None` when prost must decode it (unusual shapes, malformed bytes).
+    pub fn logs_bytes(&self, body: &[u8]) -> Option<Outcome<ExportLogsServiceResponse>> {
+        let d = super::logs_wire::logs(self.source(), &self.names, body).ok()?;
+        Some(self.logs_decoded(d))
+    }
+
+    fn logs_decoded(&self, d: Decoded) -> Outcome<ExportLogsServiceResponse> {
         self.run(d, |rejected, message| ExportLogsServiceResponse {
             partial_success: (rejected > 0).then_some(ExportLogsPartialSuccess {
                 rejected_log_records: rejected,

@@ -12,8 +12,10 @@ mod flat_json;
 mod grpc;
 pub mod http;
 mod ingest;
+mod logs_wire;
 mod record;
 mod signal;
+mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;

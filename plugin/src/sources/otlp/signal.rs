@@ -23,6 +23,11 @@ pub(crate) trait Signal: Send + Sync + 'static {
     type Req: Message + Default + DeserializeOwned;
     type Resp: Message + Default + Serialize + 'static;
     fn handle(ingest: &Ingest, req: &Self::Req) -> Outcome<Self::Resp>;
+    /// Handles serialized protobuf without prost's owned tree where a borrowed walk exists
+    /// (the hot signal); `None` means decode with prost and call [`Signal::handle`].
+    fn handle_bytes(_ingest: &Ingest, _body: &[u8]) -> Option<Outcome<Self::Resp>> {
+        None
+    }
 }
 
 pub(crate) struct Logs;
@@ -36,6 +41,9 @@ impl Signal for Logs {
     type Resp = ExportLogsServiceResponse;
     fn handle(ingest: &Ingest, req: &Self::Req) -> Outcome<Self::Resp> {
         ingest.logs(req)
+    }
+    fn handle_bytes(ingest: &Ingest, body: &[u8]) -> Option<Outcome<Self::Resp>> {
+        ingest.logs_bytes(body)
     }
 }
 

@@ -33,8 +33,9 @@ pub enum PerfTarget {
 }
 
 /// Ring-buffer pages per CPU (4 MiB): with perf's default, a busy process overruns the
-/// buffer while `perf record` writes to a pipe and perf silently loses most events.
-const MMAP_PAGES: &str = "1024";
+/// buffer while `perf record` writes to a pipe and perf loses most events (still counted:
+/// `kernel_lost` drops).
+pub const MMAP_PAGES: u32 = 1024;
 
 /// The tracepoints of every call's two halves.
 const EVENTS: [&str; 4] = [
@@ -73,10 +74,18 @@ fn target_args(cmd: &mut Command, target: &PerfTarget) -> Result<(), SourceError
 
 /// The `perf record` command writing pipe-mode data to stdout.
 pub fn record_command(target: &PerfTarget) -> Result<Command, SourceError> {
+    record_command_with_buffer(target, MMAP_PAGES)
+}
+
+/// [`record_command`] with `mmap_pages` ring-buffer pages per CPU (a power of two).
+pub fn record_command_with_buffer(
+    target: &PerfTarget,
+    mmap_pages: u32,
+) -> Result<Command, SourceError> {
     let mut cmd = Command::new(PERF);
     cmd.arg("record")
         .arg("-q")
-        .args(["-m", MMAP_PAGES])
+        .args(["-m", &mmap_pages.to_string()])
         .args(EVENTS)
         .args(["-k", "CLOCK_MONOTONIC", "-o", "-"]);
     target_args(&mut cmd, target)?;
@@ -91,6 +100,8 @@ pub fn script_command() -> Command {
         "-i",
         "-",
         "--ns",
+        // Ring-buffer overruns become `PERF_RECORD_LOST` lines, counted as `kernel_lost`.
+        "--show-lost-events",
         "-F",
         "comm,pid,tid,time,event,trace",
     ]);
@@ -103,8 +114,20 @@ pub fn spawn_script(
     arch: Arch,
     stats: Arc<SourceStats>,
 ) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
+    spawn_script_with_buffer(target, arch, stats, MMAP_PAGES)
+}
+
+/// [`spawn_script`] with `mmap_pages` ring-buffer pages per CPU: smaller saves memory on
+/// quiet targets, larger loses fewer events on busy ones.
+pub fn spawn_script_with_buffer(
+    target: &PerfTarget,
+    arch: Arch,
+    stats: Arc<SourceStats>,
+    mmap_pages: u32,
+) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
     warn_if_not_permitted();
-    let out = ChildOutput::spawn_pipe(record_command(target)?, script_command(), INSTALL_HINT)?;
+    let record = record_command_with_buffer(target, mmap_pages)?;
+    let out = ChildOutput::spawn_pipe(record, script_command(), INSTALL_HINT)?;
     Ok(PerfScriptReader::new(out, arch, stats).live())
 }
 
@@ -116,7 +139,9 @@ pub fn spawn_trace(
     warn_if_not_permitted();
     let mut cmd = Command::new(PERF);
     // perf trace writes to stderr unless told otherwise.
-    cmd.args(["trace", "-T", "-o", "/dev/stdout"]);
+    let pages = MMAP_PAGES.to_string();
+    // Ring-buffer overruns show as `LOST <n> events!` lines, counted as `kernel_lost`.
+    cmd.args(["trace", "-T", "-m", &pages, "-o", "/dev/stdout"]);
     target_args(&mut cmd, target)?;
     let out = ChildOutput::spawn(cmd, INSTALL_HINT)?;
     Ok(PerfTraceReader::new(out, stats))
@@ -175,5 +200,13 @@ mod tests {
         assert_eq!(a.last().map(String::as_str), Some("ls"));
         assert!(record_command(&PerfTarget::Pids(vec![])).is_err());
         assert!(record_command(&PerfTarget::Command(vec![])).is_err());
+        let a = args(&record_command_with_buffer(&PerfTarget::SystemWide, 8).unwrap());
+        assert!(a.windows(2).any(|w| w == ["-m", "8"]));
+    }
+
+    /// Lost-event records are what `kernel_lost` counts: the decoder must be asked for them.
+    #[test]
+    fn script_shows_lost_events() {
+        assert!(args(&script_command()).contains(&"--show-lost-events".to_string()));
     }
 }

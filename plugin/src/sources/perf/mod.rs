@@ -12,6 +12,8 @@ pub use trace::PerfTraceReader;
 
 use faultline_engine::syscalls::Arch;
 
+use crate::pipeline::telemetry::{DropReason, SourceStats};
+
 /// Bad input lines logged in full before the log goes quiet (the counter keeps counting).
 const LOGGED_BAD_LINES: u64 = 5;
 
@@ -44,6 +46,51 @@ impl DecodeLog {
             );
         }
         self.logged += 1;
+    }
+}
+
+/// Rate-limits warnings about events the kernel lost (ring-buffer overruns): the first
+/// few lost records are logged with their counts, later ones only counted, so a capture
+/// that overruns all day warns without flooding the log.
+#[derive(Debug)]
+pub struct LostLog {
+    source: &'static str,
+    records: u64,
+    events: u64,
+}
+
+impl LostLog {
+    pub fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            records: 0,
+            events: 0,
+        }
+    }
+
+    /// Counts `lost` events into `stats` (reason `kernel_lost`) and warns about the first few.
+    pub fn lost(&mut self, stats: &SourceStats, lost: u64) {
+        stats.add_dropped(DropReason::KernelLost, lost);
+        self.records += 1;
+        self.events = self.events.saturating_add(lost);
+        if self.records <= LOGGED_BAD_LINES {
+            tracing::warn!(
+                source = self.source,
+                lost,
+                lost_total = self.events,
+                "the kernel lost traced events (perf ring buffer overrun); analysis sees a thinned stream"
+            );
+        } else if self.records == LOGGED_BAD_LINES + 1 {
+            tracing::warn!(
+                source = self.source,
+                "more lost-event records; only counting them from now on (faultline_events_dropped_total{{reason=\"kernel_lost\"}})"
+            );
+        }
+    }
+
+    /// Events reported lost so far.
+    pub fn events(&self) -> u64 {
+        self.events
     }
 }
 

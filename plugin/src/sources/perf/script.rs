@@ -10,7 +10,7 @@ use faultline_engine::{SyscallEvent, SyscallId};
 
 use super::batcher::{Batcher, Owner};
 use super::script_line::{Call, Half, LineParser, Parsed, ScriptLine};
-use super::DecodeLog;
+use super::{DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
 use crate::sources::input::{open_counted, ByteCounter};
@@ -32,6 +32,7 @@ pub struct PerfScriptReader<R> {
     batcher: Batcher,
     stats: Arc<SourceStats>,
     log: DecodeLog,
+    lost: LostLog,
     raw_bytes: Option<ByteCounter>,
 }
 
@@ -55,6 +56,7 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
             batcher: Batcher::new(SOURCE, stats.clone()),
             stats,
             log: DecodeLog::new(SOURCE),
+            lost: LostLog::new(SOURCE),
             raw_bytes: None,
         }
     }
@@ -94,6 +96,11 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
     pub fn lines(&self) -> u64 {
         self.input.lines()
     }
+
+    /// Events perf reported lost so far (`PERF_RECORD_LOST` lines; also counted as drops).
+    pub fn lost_events(&self) -> u64 {
+        self.lost.events()
+    }
 }
 
 /// The engine event of a decoded line; without a pid (default field set) `pid = tid`.
@@ -120,6 +127,7 @@ struct LineSink<'a> {
     batcher: &'a mut Batcher,
     stats: &'a SourceStats,
     log: &'a mut DecodeLog,
+    lost: &'a mut LostLog,
 }
 
 impl LineDecoder for LineSink<'_> {
@@ -147,6 +155,7 @@ impl LineSink<'_> {
                 self.batcher.push(owner, event);
             }
             Parsed::Skip => {}
+            Parsed::Lost(n) => self.lost.lost(self.stats, n),
             Parsed::Malformed => {
                 self.stats.add_decode_errors(1);
                 self.log.bad_line(line_no, line);
@@ -163,6 +172,7 @@ impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
             batcher: &mut self.batcher,
             stats: &self.stats,
             log: &mut self.log,
+            lost: &mut self.lost,
         };
         self.input.next_batch(&mut sink)
     }

@@ -47,6 +47,9 @@ pub enum Parsed<'a> {
     Syscall(ScriptLine<'a>),
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
+    /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
+    /// ring buffer overflowed and `n` events never reached perf.
+    Lost(u64),
     /// Not a `perf script` line we understand.
     Malformed,
 }
@@ -55,6 +58,8 @@ pub enum Parsed<'a> {
 // and the header must end in `:` on its own.
 const RAW_MARK: &[u8] = b" raw_syscalls:sys_";
 const NAMED_MARK: &[u8] = b" syscalls:sys_";
+/// Also the prefix of `PERF_RECORD_LOST_SAMPLES`, which has the same `lost <n>` tail.
+const LOST_MARK: &[u8] = b"PERF_RECORD_LOST";
 
 /// Finders built once: `memmem` precomputes its search tables.
 pub struct LineParser {
@@ -90,6 +95,11 @@ impl LineParser {
         if let Some(at) = self.named.find(line) {
             let (head, rest) = split_at(line, at, NAMED_MARK.len());
             return parse_named(head, rest).map_or(Parsed::Malformed, Parsed::Syscall);
+        }
+        // Only reached by lines that are no syscall, so the hot path never pays for it.
+        if let Some(at) = memmem::find(line, LOST_MARK) {
+            let rest = line.get(at + LOST_MARK.len()..).unwrap_or_default();
+            return lost_count(rest).map_or(Parsed::Malformed, Parsed::Lost);
         }
         if is_other_event(line) {
             Parsed::Skip
@@ -275,6 +285,17 @@ fn parse_ret_hex_or_dec(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// The `<n>` of `[_SAMPLES] lost <n>` after the lost-record marker.
+fn lost_count(rest: &[u8]) -> Option<u64> {
+    let at = memmem::find(rest, b"lost ")?;
+    let digits = trim_start(rest.get(at + 5..)?);
+    let end = digits
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    parse_u64(digits.get(..end)?)
+}
+
 /// A line of some non-syscall event still has `<secs>.<frac>: <sys>:<event>:` — skip it
 /// quietly (a truncated line lacks the `<sys>:<event>:` token and stays malformed).
 fn is_other_event(line: &[u8]) -> bool {
@@ -374,6 +395,24 @@ mod tests {
         );
         assert_eq!(
             p.parse(b"x 1/zz 3.4: raw_syscalls:sys_enter: NR 7 ()"),
+            Parsed::Malformed
+        );
+    }
+
+    /// Shapes printed by perf 6.1 `perf script --show-lost-events` on an overrun buffer.
+    #[test]
+    fn lost_records_carry_their_count() {
+        let p = LineParser::new();
+        assert_eq!(
+            p.parse(b"              dd  9869/9869   9361.868036938: PERF_RECORD_LOST lost 13068\n"),
+            Parsed::Lost(13068)
+        );
+        assert_eq!(
+            p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST_SAMPLES lost 7"),
+            Parsed::Lost(7)
+        );
+        assert_eq!(
+            p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST lost x"),
             Parsed::Malformed
         );
     }

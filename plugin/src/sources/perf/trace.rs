@@ -21,7 +21,7 @@ use faultline_engine::{SyscallEvent, SyscallId};
 use memchr::memmem;
 
 use super::batcher::{Batcher, Owner};
-use super::DecodeLog;
+use super::{DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
 use crate::sources::{BatchReader, SourceError};
@@ -46,6 +46,8 @@ pub enum TraceParsed<'a> {
     Call(TraceLine<'a>),
     /// Blank, unfinished (completed by a later line), or without an entry time.
     Skip,
+    /// `LOST <n> events!`: the kernel ring buffer overflowed and `n` events never arrived.
+    Lost(u64),
     Malformed,
 }
 
@@ -54,6 +56,12 @@ pub fn parse_trace_line(line: &[u8]) -> TraceParsed<'_> {
     let line = trim(line);
     if line.is_empty() || line.first() == Some(&b'#') {
         return TraceParsed::Skip;
+    }
+    if let Some(rest) = line.strip_prefix(b"LOST ") {
+        return rest
+            .strip_suffix(b" events!")
+            .and_then(digits_u64)
+            .map_or(TraceParsed::Malformed, TraceParsed::Lost);
     }
     parse_inner(line).unwrap_or(TraceParsed::Malformed)
 }
@@ -181,6 +189,7 @@ pub struct PerfTraceReader<R> {
     bytes: u64,
     eof: bool,
     log: DecodeLog,
+    lost: LostLog,
 }
 
 impl<R: BufRead + Send> PerfTraceReader<R> {
@@ -195,6 +204,7 @@ impl<R: BufRead + Send> PerfTraceReader<R> {
             bytes: 0,
             eof: false,
             log: DecodeLog::new(SOURCE),
+            lost: LostLog::new(SOURCE),
         }
     }
 }
@@ -204,6 +214,11 @@ impl<R> PerfTraceReader<R> {
     /// records to stop a live capture.
     pub fn get_ref(&self) -> &R {
         &self.input
+    }
+
+    /// Events perf reported lost so far (`LOST <n> events!` lines; also counted as drops).
+    pub fn lost_events(&self) -> u64 {
+        self.lost.events()
     }
 }
 
@@ -242,6 +257,7 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
                     self.batcher.push(Owner::Comm(l.comm), event);
                 }
                 TraceParsed::Skip => {}
+                TraceParsed::Lost(n) => self.lost.lost(&self.stats, n),
                 TraceParsed::Malformed => {
                     self.stats.add_decode_errors(1);
                     self.log.bad_line(self.line_no, &self.line);
@@ -287,6 +303,19 @@ mod tests {
         assert_eq!((c.duration_ns, c.ret), (0, None));
         let c = call("1.0 ( 0.001 ms): kworker/u8:2/77 read(fd: 3) = 1");
         assert_eq!((c.comm, c.tid), (&b"kworker/u8:2"[..], 77));
+    }
+
+    /// The shape perf 6.1 `perf trace` prints when its ring buffer overruns.
+    #[test]
+    fn lost_lines_carry_their_count() {
+        assert_eq!(
+            parse_trace_line(b"LOST 2412 events!\n"),
+            TraceParsed::Lost(2412)
+        );
+        assert_eq!(
+            parse_trace_line(b"LOST many events!"),
+            TraceParsed::Malformed
+        );
     }
 
     #[test]
