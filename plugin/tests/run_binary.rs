@@ -328,3 +328,50 @@ fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
     assert_eq!(last.target, "mariadbd");
     assert_eq!(serde_json::to_value(last.trigger).unwrap(), "end_of_stream");
 }
+
+/// A live perf capture of a quiet process: the reader is blocked on perf's silent pipe
+/// when SIGTERM comes, so shutdown must end the capture itself (it once timed out after
+/// 10 s and the engine thread panicked as the runtime went away).
+#[test]
+fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let mut quiet = Command::new("sleep").arg("120").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("reports.jsonl");
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
+             [sources.perf]\nenabled = true\npids = [{}]\n\
+             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n\
+             [sinks.json]\nenabled = true\npath = \"{}\"\n",
+            quiet.id(),
+            jsonl.display()
+        ),
+    )
+    .unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    // perf needs a moment to attach; the source is then blocked on its quiet output.
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let _ = quiet.kill();
+    let _ = quiet.wait();
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert!(status.success(), "exit status {status}: {log:#?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    assert!(
+        log.iter().any(|l| l.contains("perf source finished")),
+        "the perf source ends: {log:#?}"
+    );
+    assert!(!log.iter().any(|l| l.contains("did not stop in time")));
+}

@@ -136,8 +136,11 @@ pub async fn run(
             Err(_) => tracing::warn!("OTLP receiver did not stop in time"),
         }
     }
+    for s in &sources {
+        s.stop();
+    }
     for s in sources {
-        if tokio::time::timeout(limit, s).await.is_err() {
+        if tokio::time::timeout(limit, s.task).await.is_err() {
             tracing::warn!("a source did not stop in time");
         }
     }

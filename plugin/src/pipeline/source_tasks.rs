@@ -18,7 +18,22 @@ use crate::sources::lttng::{self, reader as lttng_reader};
 use crate::sources::otlp::{self, OtlpServer};
 use crate::sources::perf::live::{self as perf_live, PerfTarget};
 use crate::sources::perf::{parse_arch, script as perf_script, PerfScriptReader};
-use crate::sources::{BatchReader, SourceError};
+use crate::sources::{input, BatchReader, SourceError};
+
+/// A running pull source.
+pub struct PullSource {
+    pub task: JoinHandle<()>,
+    /// Processes feeding it (live tools); empty for files.
+    producers: Vec<u32>,
+}
+
+impl PullSource {
+    /// Asks the source to end: terminates its live tools (the reader then drains what was
+    /// captured and sees the end of the stream); file sources stop at their next batch.
+    pub fn stop(&self) {
+        input::terminate(&self.producers);
+    }
+}
 
 /// Starts every enabled source; each gets its own [`BatchSender`] (its drops are counted
 /// against it) and stops when `stop` is set or its input ends.
@@ -27,7 +42,7 @@ pub fn start_pull_sources(
     tx: &mpsc::Sender<EventBatch>,
     telemetry: &Arc<Telemetry>,
     stop: &Arc<AtomicBool>,
-) -> Result<Vec<JoinHandle<()>>, RunError> {
+) -> Result<Vec<PullSource>, RunError> {
     let mut handles = Vec::new();
     let s = &cfg.sources;
     if s.perf.enabled {
@@ -42,7 +57,15 @@ pub fn start_pull_sources(
         let reader = perf_live::spawn_script(&target, host_arch()?, stats.clone())
             .map_err(|e| source_error("sources.perf", &e))?;
         tracing::info!(?target, "live perf source started");
-        handles.push(spawn_pull(Box::new(reader), tx, stats, stop, "perf"));
+        let producers = reader.get_ref().producer_pids();
+        handles.push(spawn_pull(
+            Box::new(reader),
+            producers,
+            tx,
+            stats,
+            stop,
+            "perf",
+        ));
     }
     if s.lttng.enabled {
         let input = match (&s.lttng.relayd_url, &s.lttng.trace_dir) {
@@ -58,7 +81,15 @@ pub fn start_pull_sources(
         let reader = lttng::open(&input, host_arch()?, stats.clone())
             .map_err(|e| source_error("sources.lttng", &e))?;
         tracing::info!(%input, "LTTng source started");
-        handles.push(spawn_pull(Box::new(reader), tx, stats, stop, "lttng"));
+        let producers = reader.get_ref().producer_pids();
+        handles.push(spawn_pull(
+            Box::new(reader),
+            producers,
+            tx,
+            stats,
+            stop,
+            "lttng",
+        ));
     }
     if s.replay.enabled {
         let path = s
@@ -75,28 +106,41 @@ pub fn start_pull_sources(
                     .map_err(|e| source_error(&path.display().to_string(), &e))?,
             ),
         };
-        handles.push(spawn_pull(reader, tx, stats, stop, "replay"));
+        handles.push(spawn_pull(reader, Vec::new(), tx, stats, stop, "replay"));
     }
     Ok(handles)
 }
 
-/// Runs a pull source on the blocking pool until its input ends or `stop` is set.
+/// Runs a pull source on the blocking pool until its input ends, or `stop` is set for a
+/// source without live `producers` (those end when [`PullSource::stop`] terminates them,
+/// so what they captured up to then still reaches the engine).
 fn spawn_pull(
     reader: Box<dyn BatchReader>,
+    producers: Vec<u32>,
     tx: &mpsc::Sender<EventBatch>,
     stats: Arc<SourceStats>,
     stop: &Arc<AtomicBool>,
     name: &'static str,
-) -> JoinHandle<()> {
+) -> PullSource {
     let sender = BatchSender::new(tx.clone(), stats);
-    let stop = stop.clone();
-    tokio::task::spawn_blocking(move || pull(reader, &sender, &stop, name))
+    let stop = if producers.is_empty() {
+        Some(stop.clone())
+    } else {
+        None
+    };
+    let task = tokio::task::spawn_blocking(move || pull(reader, &sender, stop.as_deref(), name));
+    PullSource { task, producers }
 }
 
 /// Pull source loop: backpressure (a full queue) slows the reader instead of dropping.
-fn pull(mut reader: Box<dyn BatchReader>, sender: &BatchSender, stop: &AtomicBool, name: &str) {
+fn pull(
+    mut reader: Box<dyn BatchReader>,
+    sender: &BatchSender,
+    stop: Option<&AtomicBool>,
+    name: &str,
+) {
     let mut batches = 0u64;
-    while !stop.load(Ordering::Relaxed) {
+    while !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
         match reader.next_batch() {
             Ok(Some(b)) => {
                 if sender.blocking_send(b).is_err() {

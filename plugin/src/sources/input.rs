@@ -363,6 +363,34 @@ impl BufRead for ChildOutput {
     }
 }
 
+impl ChildOutput {
+    /// The processes producing the data: the first stage of a pipeline (`perf record` of
+    /// `perf record | perf script`), else the tool itself. Stopping a live capture means
+    /// terminating them: a reader blocked on a quiet tool never sees a stop flag, and the
+    /// later stages then drain what was captured and end the stream.
+    pub fn producer_pids(&self) -> Vec<u32> {
+        if self.upstream.is_empty() {
+            vec![self.child.id()]
+        } else {
+            self.upstream.iter().map(|(_, c)| c.id()).collect()
+        }
+    }
+}
+
+/// Sends SIGTERM to `pids` (processes this host started; see
+/// [`ChildOutput::producer_pids`]). Errors (already exited) are ignored.
+pub fn terminate(pids: &[u32]) {
+    for &pid in pids {
+        let Ok(pid) = libc::pid_t::try_from(pid) else {
+            continue;
+        };
+        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+        unsafe {
+            libc::kill(pid, libc::SIGTERM);
+        }
+    }
+}
+
 impl Drop for ChildOutput {
     fn drop(&mut self) {
         if !self.finished {
