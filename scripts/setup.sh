@@ -10,11 +10,24 @@ command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
 command -v lttng-syscallstats >/dev/null 2>&1 || need_apt+=(python3-lttnganalyses)
+# The real-world harness (integration-tests/realworld): servers, load generators, fault tools.
+[ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql)
+command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
+command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
+command -v apache2 >/dev/null 2>&1 || [ -x /usr/sbin/apache2 ] || need_apt+=(apache2)
+command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
+command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
+command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""
   [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
   $sudo_cmd apt-get update -qq
+  # policy-rc.d 101: packaged servers must not start as services; the harness starts its own.
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo_cmd tee /usr/sbin/policy-rc.d >/dev/null
+    $sudo_cmd chmod +x /usr/sbin/policy-rc.d
+  fi
   DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 

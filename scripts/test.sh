@@ -10,3 +10,7 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+echo "== real-world smoke (PostgreSQL under pgbench: control, CPU cap, table lock; one case through OTLP)"
+# The debug binary `cargo test` just built: analysis of these short traces takes seconds.
+cargo build -p faultline
+python3 integration-tests/realworld/run.py --smoke --bin target/debug/faultline --out "${TMPDIR:-/tmp}/faultline-rw-smoke"

@@ -176,7 +176,9 @@ fn timeline_entry(r: &Report) -> TimelineEntry {
     }
 }
 
-/// Groups consecutive anomalous reports into anomalies.
+/// Groups consecutive anomalous reports into anomalies. A report whose onset is later
+/// than the open anomaly's by more than α starts a new one: the engine re-anchored on a
+/// new event (a real fault after a blip), which must not hide inside the blip's anomaly.
 fn anomalies(reports: &[Report]) -> Vec<Anomaly> {
     let mut out: Vec<Anomaly> = Vec::new();
     let mut counts = [0u64; 2];
@@ -190,6 +192,9 @@ fn anomalies(reports: &[Report]) -> Vec<Anomaly> {
                 continue;
             }
         };
+        if open && new_onset(out.last().map(|a| &a.diagnosis), r) {
+            open = false;
+        }
         if !open {
             counts = [0, 0];
             out.push(Anomaly {
@@ -213,6 +218,15 @@ fn anomalies(reports: &[Report]) -> Vec<Anomaly> {
         }
     }
     out
+}
+
+/// Whether `r` is anchored on an onset more than α after the one `first` diagnosed.
+fn new_onset(first: Option<&Report>, r: &Report) -> bool {
+    let alpha_ns = (r.parameters.alpha_seconds * 1e9) as u64;
+    match (first.and_then(|f| f.anomaly_onset_ns), r.anomaly_onset_ns) {
+        (Some(a), Some(b)) => b > a.saturating_add(alpha_ns),
+        _ => false,
+    }
 }
 
 fn secs(ns: u64) -> f64 {

@@ -1,0 +1,6 @@
+"""The applications the harness can run: name → App class."""
+from .apache import Apache
+from .mariadb import MariaDB
+from .postgres import Postgres
+
+APPS = {"postgres": Postgres, "mariadb": MariaDB, "apache": Apache}

@@ -1,0 +1,114 @@
+"""One case: start the server, warm up, record the normal phase, inject the fault, record the
+fault phase, stop everything, decode the trace and write truth.json (same schema as
+/work/shared/traces/perf-faults)."""
+import json
+import os
+import time
+
+from . import perfrec
+from .env import mono_ns
+from .latency import LatencyLog, anomaly
+
+
+def drop_caches():
+    """Empties the page cache so the server's file pages are charged to its own cgroup as it
+    reads them (else pages cached by an earlier case or the data load escape a memory cap)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3")
+
+
+class Timing:
+    def __init__(self, warmup=10.0, normal=45.0, fault=45.0):
+        self.warmup = warmup
+        self.normal = normal
+        self.fault = fault
+
+
+def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
+    """Records one case into `out_dir`; returns truth (dict). `live`, when given, is a
+    LivePlugin started on the server's pids after warm-up and asked for reports during the run."""
+    os.makedirs(out_dir, exist_ok=True)
+    case_id = f"{app.name}_{fault_name}"
+    print(f"== {case_id}: starting {app.name}", flush=True)
+    app.load_seconds = timing.warmup + 1.0 + timing.normal + timing.fault + 5.0
+    drop_caches()
+    app.start(env)
+    log = LatencyLog()
+    load = None
+    rec = None
+    live_result = None
+    try:
+        if hasattr(fault, "arm"):
+            fault.arm(env, app)
+        load = app.start_load(env, log)
+        time.sleep(timing.warmup)
+        pids = env.cgroup.pids()
+        perf_data = os.path.join(out_dir, "perf.data")
+        rec = perfrec.Recording(pids, perf_data, env.client_cpu)
+        if live is not None:
+            live.start(pids, case_id)
+        time.sleep(1.0)
+        trace_start = mono_ns()
+        time.sleep(timing.normal)
+        fault_start = mono_ns()
+        print(f"   fault {fault_name} at {fault_start}", flush=True)
+        fault.start(env, app)
+        if live is not None:
+            live.mark_fault(fault_start)
+        time.sleep(timing.fault)
+        fault_end = mono_ns()
+        fault.stop(env, app)
+    finally:
+        if load is not None:
+            load.stop()
+        if rec is not None:
+            perf_msgs = rec.stop()
+        if live is not None:
+            live.stop()
+        app.stop(env)
+    if live is not None:
+        # After the plugin stopped: its shutdown drained everything perf had captured.
+        live_result = live.collect(fault_start, fault_end)
+    now = mono_ns()
+    records = log.records()
+    log.dump(os.path.join(out_dir, "client.jsonl"))
+    trace = os.path.join(out_dir, "trace.txt.zst")
+    lines = perfrec.decode(perf_data, trace, trace_start, fault_end)
+    lost = perfrec.lost_events(perf_data)
+    os.unlink(perf_data)
+    an = anomaly(records, (trace_start, fault_start), (fault_start, fault_end), now)
+    truth = {
+        "case_id": case_id,
+        "app": app.name,
+        "app_version": app.version(),
+        "fault": fault_name,
+        "description": fault.description,
+        "class": fault.klass,
+        "subsystem": fault.subsystem,
+        "fault_start_ns": fault_start if fault.klass != "none" else None,
+        "fault_end_ns": fault_end if fault.klass != "none" else None,
+        "nominal_split_ns": fault_start,
+        "trace_start_ns": trace_start,
+        "trace_end_ns": fault_end,
+        "server_pids": pids,
+        "load": app.describe_load(),
+        "anomaly": an,
+        "fault_details": fault.details,
+        "events": lines,
+        "perf_lost": {"messages": perf_msgs, "lost_records": lost},
+        "trace_file": "trace.txt.zst",
+        "trace_bytes": os.path.getsize(trace),
+        "below_validity_rule": fault.klass != "none" and not an["hurt"],
+    }
+    if live_result is not None:
+        truth["live"] = live_result
+    with open(os.path.join(out_dir, "truth.json"), "w") as f:
+        json.dump(truth, f, indent=1)
+    b, fl = an["baseline_detail"], an["fault_detail"]
+    print(
+        f"   {lines} events, lost {lost}; client p99 {b['p99_ms']} -> {fl['p99_ms']} ms, "
+        f"{b['throughput_rps']} -> {fl['throughput_rps']} req/s, hung {fl['hung_or_gt5s']}, hurt={an['hurt']}",
+        flush=True,
+    )
+    return truth

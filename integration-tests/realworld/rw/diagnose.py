@@ -1,0 +1,169 @@
+"""Offline diagnosis of recorded cases with `faultline analyze`, and the accuracy table.
+
+Modes, as in the paper's evaluation:
+- continuous: the engine's own detection; the first anomaly detected after the fault start
+  answers the case, any non-`none` anomaly before it (or anywhere in a control) is a false alarm;
+- on-demand: an external alarm 10 s after the fault start (`--trigger-at`), the paper's setting;
+- calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case.
+"""
+import json
+import os
+import re
+import subprocess
+import time
+
+ALARM_AFTER_S = 10.0
+
+
+def split_ns(truth):
+    return truth.get("fault_start_ns") or truth.get("nominal_split_ns")
+
+
+def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
+    """Runs analyze on one case; returns (analysis dict or None, seconds, error text)."""
+    cmd = [binary, "analyze", "--input", f"perf:{os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))}",
+           "--format", "json", "--no-progress"]
+    for t in targets:
+        cmd += ["--target", t]
+    cmd += list(extra)
+    if mode != "continuous":
+        cmd += ["--trigger-at", str(int(split_ns(truth) + ALARM_AFTER_S * 1e9))]
+    t0 = time.time()
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    elapsed = time.time() - t0
+    if out.returncode != 0:
+        return None, elapsed, out.stderr.strip()
+    analyses = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    if not analyses:
+        return None, elapsed, "no target in the trace"
+    # The target with the most events is the server (others are stray processes).
+    analyses.sort(key=lambda a: -a.get("input", {}).get("events_routed", 0))
+    return analyses[0], elapsed, None
+
+
+def pick(analysis, truth, mode):
+    """The report that answers the case, the false alarms, and the detection delay (s)."""
+    split = split_ns(truth)
+    if mode != "continuous":
+        return analysis, [], None
+    early = [a for a in analysis["anomalies"] if a["detected_at_ns"] < split]
+    late = [a for a in analysis["anomalies"] if a["detected_at_ns"] >= split]
+    if truth["class"] == "none":
+        return None, analysis["anomalies"], None
+    if not late:
+        return None, early, None
+    first = late[0]
+    return first["diagnosis"], early, (first["detected_at_ns"] - split) / 1e9
+
+
+def calibrate(binary, case_dir, truth, targets=()):
+    """α/β from a case recorded under a known external fault: ["--set", "alpha_seconds=…", …]."""
+    cmd = [binary, "calibrate", "--input", f"perf:{os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))}",
+           "--no-progress", "--fault-start-ns", str(split_ns(truth))]
+    for t in targets:
+        cmd += ["--target", t]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    sets = []
+    for key in ("alpha_seconds", "beta_seconds"):
+        m = re.search(rf"{key}\s*=\s*([0-9.eE+-]+)", out.stdout)
+        if m:
+            sets += ["--set", f"{key}={m.group(1)}"]
+    return sets, out.stdout.strip() if not sets else None
+
+
+def fmt_top(lst, n=3):
+    return ", ".join(f"{r['syscall']} {r['increase_ratio'] * 100:+.0f}%" for r in lst[:n]) or "—"
+
+
+SUBSYSTEM_OF_TRUTH = {"cpu": "cpu_scheduling", "memory": "memory", "disk": "disk_io", "network": "network_io",
+                      "locking": "locking"}
+
+
+def row(case, truth, mode, analysis, elapsed, err):
+    """One evaluated case as a dict (the table row and the JSON result)."""
+    base = {"case": case, "app": truth.get("app", ""), "truth": truth["class"], "truth_subsystem": truth["subsystem"],
+            "mode": mode, "valid": not truth.get("below_validity_rule", False), "analyze_seconds": round(elapsed, 1)}
+    if err:
+        return base | {"error": err[:200], "verdict": "error", "right": False}
+    report, early, delay = pick(analysis, truth, mode)
+    verdict = report["verdict"] if report else "none"
+    r = report or analysis
+    right = verdict == truth["class"] and not (truth["class"] == "none" and early)
+    want = SUBSYSTEM_OF_TRUTH.get(truth["subsystem"])
+    return base | {
+        "verdict": verdict,
+        "right": right,
+        "false_alarms": len(early),
+        "impact_factor": r["impact_factor"],
+        "onset_dispersion_seconds": r["onset_dispersion_seconds"],
+        "threads": r["threads"],
+        "top_by_time": fmt_top(r["top_syscalls_by_time"]),
+        "top_by_frequency": fmt_top(r["top_syscalls_by_frequency"]),
+        "subsystem": r["subsystem"] if report else None,
+        "subsystem_right": (r["subsystem"] == want) if (report and want and truth["class"] == "external") else None,
+        "delay_s": None if delay is None else round(delay, 1),
+    }
+
+
+def evaluate(binary, cases_root, modes=("continuous", "on_demand"), calibrated=True, targets_of=None, extra=()):
+    """Every case folder under `cases_root` in every mode; returns the rows. `extra` are
+    more `analyze` arguments (e.g. `--set alpha_seconds=1`)."""
+    rows = []
+    cases = sorted(d for d in os.listdir(cases_root) if os.path.exists(os.path.join(cases_root, d, "truth.json")))
+    calib = {}
+    for c in cases:
+        d = os.path.join(cases_root, c)
+        truth = json.load(open(os.path.join(d, "truth.json")))
+        targets = targets_of(truth) if targets_of else ()
+        for mode in modes:
+            a, el, err = analyze(binary, d, truth, mode, targets, extra)
+            rows.append(row(c, truth, mode, a, el, err))
+        if calibrated:
+            app = truth.get("app", "")
+            if app not in calib:
+                ref = os.path.join(cases_root, f"{app}_cpu_cap")
+                if os.path.exists(os.path.join(ref, "truth.json")):
+                    calib[app] = calibrate(binary, ref, json.load(open(os.path.join(ref, "truth.json"))), targets)[0]
+                else:
+                    calib[app] = []
+            a, el, err = analyze(binary, d, truth, "calibrated", targets, list(extra) + calib[app])
+            r = row(c, truth, "calibrated", a, el, err)
+            r["calibration"] = " ".join(calib[app][1::2])
+            rows.append(r)
+    return rows
+
+
+def table(rows, mode):
+    """Markdown table of one mode, with its accuracy line."""
+    out = ["| case | truth | verdict | τ | Ω (s) | threads dir/aff/total | top syscalls by time | top by frequency | subsystem | delay (s) | false alarms | hurt |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in [r for r in rows if r["mode"] == mode]:
+        if "error" in r:
+            out.append(f"| {r['case']} | {r['truth']} | ERROR {r['error'][:60]} |||||||||| ")
+            continue
+        th = r["threads"]
+        mark = "" if r["right"] else " ✗"
+        sub = r["subsystem"] or "—"
+        if r["subsystem_right"] is False:
+            sub += " ✗"
+        out.append(
+            f"| {r['case']} | {r['truth']}/{r['truth_subsystem']} | **{r['verdict']}**{mark} | {r['impact_factor']:.2f} | "
+            f"{r['onset_dispersion_seconds']:.2f} | {th['directly_affected']}/{th['affected']}/{th['total']} | {r['top_by_time']} | "
+            f"{r['top_by_frequency']} | {sub} | {'' if r['delay_s'] is None else r['delay_s']} | {r['false_alarms']} | "
+            f"{'yes' if r['valid'] else 'no'} |")
+    out.append("")
+    out.append(summary(rows, mode))
+    return "\n".join(out)
+
+
+def summary(rows, mode):
+    rs = [r for r in rows if r["mode"] == mode]
+    faults = [r for r in rs if r["truth"] != "none" and r["valid"]]
+    controls = [r for r in rs if r["truth"] == "none"]
+    ext = [r for r in faults if r["truth"] == "external" and r["subsystem_right"] is not None]
+    right = sum(r["right"] for r in faults)
+    pct = 100.0 * right / len(faults) if faults else 0.0
+    return (f"**{mode}**: fault cases right {right}/{len(faults)} ({pct:.0f}%, cases where the fault hurt the client); "
+            f"controls clean {sum(r['right'] for r in controls)}/{len(controls)}; "
+            f"external cases with the right subsystem {sum(r['subsystem_right'] for r in ext)}/{len(ext)}; "
+            f"invalid (fault did not hurt) excluded: {sum(1 for r in rs if r['truth'] != 'none' and not r['valid'])}")

@@ -1,0 +1,192 @@
+"""Environmental (external) faults, the same for every application: they change the server's
+surroundings, never its code. Application-specific (internal) faults live in each app."""
+import os
+import subprocess
+import threading
+import time
+
+from .env import Autogroup, mono_ns
+
+
+class Fault:
+    """A fault is started once and stopped once; `details` is written to truth.json."""
+
+    klass = "external"
+    subsystem = ""
+    description = ""
+
+    def __init__(self):
+        self.details = {}
+
+    def start(self, env, app):
+        raise NotImplementedError
+
+    def stop(self, env, app):
+        pass
+
+
+class CpuCap(Fault):
+    subsystem = "cpu"
+
+    def start(self, env, app):
+        frac = app.cpu_cap_fraction
+        self.description = f"cgroup CPU quota: the server capped at {frac * 100:.0f}% of one CPU"
+        self.details = {"quota_fraction": frac}
+        env.cgroup.set_cpu_quota(frac)
+
+    def stop(self, env, app):
+        env.cgroup.set_cpu_quota(None)
+
+
+class CpuHog(Fault):
+    """Co-located CPU hogs on the server's CPU, outside its cgroup (a noisy neighbour)."""
+
+    subsystem = "cpu"
+
+    def __init__(self, hogs=8):
+        super().__init__()
+        self.hogs = hogs
+        self.proc = None
+        self.autogroup = Autogroup()
+
+    def start(self, env, app):
+        self.description = f"{self.hogs} stress-ng --cpu workers pinned to the server's CPU {env.server_cpu}, kernel autogroup off"
+        self.details = {"hogs": self.hogs, "cpu": env.server_cpu}
+        self.autogroup.disable()
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(env.server_cpu), "stress-ng", "--quiet", "--cpu", str(self.hogs), "--cpu-method", "int64"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self, env, app):
+        if self.proc:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.autogroup.restore()
+
+
+class DiskHog(Fault):
+    """A co-located writer on the server's disk: large direct writes with fsync, on the client
+    CPU so it competes for the disk only."""
+
+    subsystem = "disk"
+
+    def __init__(self, writers=2):
+        super().__init__()
+        self.writers = writers
+        self.procs = []
+
+    def start(self, env, app):
+        self.description = f"{self.writers} co-located dd writers (1 MiB direct writes + fdatasync) on the server's file system"
+        self.details = {"writers": self.writers, "dir": app.data_dir(env)}
+        for i in range(self.writers):
+            path = os.path.join(app.data_dir(env), "..", f"disk-hog-{i}")
+            loop = f"while true; do dd if=/dev/zero of={path} bs=1M count=256 oflag=direct conv=fdatasync status=none; done"
+            self.procs.append(subprocess.Popen(env.client_argv(["sh", "-c", loop]), start_new_session=True))
+
+    def stop(self, env, app):
+        for p in self.procs:
+            try:
+                os.killpg(p.pid, 9)
+            except ProcessLookupError:
+                pass
+            p.wait()
+        for i in range(self.writers):
+            try:
+                os.unlink(os.path.join(app.data_dir(env), "..", f"disk-hog-{i}"))
+            except OSError:
+                pass
+
+
+class MemCap(Fault):
+    """A cgroup memory limit stepped down to a few MiB below the server's RSS plus mapped file
+    pages (no swap here: a limit above the working set does nothing, far below it OOM-kills)."""
+
+    subsystem = "memory"
+
+    def __init__(self):
+        super().__init__()
+        self.stop_flag = threading.Event()
+        self.thread = None
+
+    def _stat(self, env):
+        path = os.path.join("/sys/fs/cgroup/memory", env.cgroup.name, "memory.stat")
+        stat = {}
+        try:
+            with open(path) as f:
+                for line in f:
+                    k, v = line.split()
+                    stat[k] = int(v)
+        except OSError:
+            pass
+        return stat
+
+    def start(self, env, app):
+        stat = self._stat(env)
+        usage = env.cgroup.memory_usage()
+        rss = stat.get("total_rss", stat.get("rss", 0))
+        mapped = stat.get("total_mapped_file", stat.get("mapped_file", 0))
+        target = max(rss + 2 * 2**20, rss + mapped - app.mem_cap_below_bytes)
+        self.description = (
+            f"cgroup memory limit stepped from {usage >> 20} MiB down to {target >> 20} MiB "
+            f"(RSS {rss >> 20} MiB + mapped files {mapped >> 20} MiB, no swap)"
+        )
+        self.details = {"usage_bytes": usage, "rss_bytes": rss, "mapped_file_bytes": mapped, "target_bytes": target,
+                        "oom_kills_before": env.cgroup.oom_kills()}
+        # Step down over ~2 s so reclaim keeps up; the kernel answers EBUSY when it cannot.
+        steps = 10
+        reached = usage
+        for i in range(1, steps + 1):
+            limit = usage - (usage - target) * i // steps
+            if env.cgroup.set_memory_limit(limit):
+                reached = limit
+            time.sleep(0.2)
+        self.details["limit_bytes"] = reached
+
+    def stop(self, env, app):
+        env.cgroup.set_memory_limit(None)
+        self.details["oom_kills_after"] = env.cgroup.oom_kills()
+
+
+class NetLoss(Fault):
+    subsystem = "network"
+
+    def __init__(self, percent=10):
+        super().__init__()
+        self.percent = percent
+
+    def start(self, env, app):
+        self.description = f"{self.percent}% random packet loss both ways on the server's veth (nftables numgen rule in its namespace)"
+        self.details = {"loss_percent": self.percent}
+        env.netns.set_loss(self.percent)
+
+    def stop(self, env, app):
+        env.netns.set_loss(None)
+
+
+class NoFault(Fault):
+    """A control run: same phases, nothing injected."""
+
+    klass = "none"
+    subsystem = "none"
+    description = "fault-free control run"
+
+    def start(self, env, app):
+        pass
+
+
+EXTERNAL = {
+    "cpu_cap": CpuCap,
+    "cpu_hog": CpuHog,
+    "disk": DiskHog,
+    "mem_cap": MemCap,
+    "net_loss": NetLoss,
+}
+
+
+def now():
+    return mono_ns()

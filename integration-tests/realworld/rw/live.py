@@ -1,0 +1,104 @@
+"""The live plugin during a case: `faultline run` with its perf source attached to the
+server's processes (the engine inside wasmtime, as by default), reports to a JSON-lines file,
+and an on-demand alarm sent to `POST /trigger` 10 s after the fault starts."""
+import json
+import os
+import subprocess
+import threading
+import time
+import urllib.request
+
+from .env import mono_ns
+
+PORT = 19464
+ALARM_AFTER_S = 10.0
+
+
+class LivePlugin:
+    def __init__(self, binary, out_dir, target, comm, cpu):
+        self.binary = binary
+        self.out_dir = out_dir
+        self.target = target
+        self.comm = comm
+        self.cpu = cpu
+        self.proc = None
+        self.trigger_answer = None
+        self.alarm = None
+
+    def start(self, pids, case_id):
+        os.makedirs(self.out_dir, exist_ok=True)
+        self.reports = os.path.join(self.out_dir, "live_reports.jsonl")
+        config = os.path.join(self.out_dir, "live.toml")
+        with open(config, "w") as f:
+            f.write(
+                f'[[targets]]\nname = "{self.target}"\nprocess_names = ["{self.comm}"]\n\n'
+                "[sources.otlp]\nenabled = false\n\n"
+                f"[sources.perf]\nenabled = true\npids = {json.dumps(pids)}\n\n"
+                f'[sinks.prometheus]\nlisten = "127.0.0.1:{PORT}"\n\n'
+                f'[sinks.json]\nenabled = true\npath = "{self.reports}"\n'
+            )
+        self.proc = subprocess.Popen(
+            ["taskset", "-c", str(self.cpu), self.binary, "run", "--config", config],
+            stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.out_dir, "live.log"), "w"))
+        self.started_ns = mono_ns()
+
+    def mark_fault(self, fault_start_ns):
+        def fire():
+            time.sleep(max(0.0, ALARM_AFTER_S + 2.0 - (mono_ns() - fault_start_ns) / 1e9))
+            at = int(fault_start_ns + ALARM_AFTER_S * 1e9)
+            url = f"http://127.0.0.1:{PORT}/trigger?target={self.target}&at_ns={at}"
+            try:
+                req = urllib.request.Request(url, method="POST", data=b"")
+                with urllib.request.urlopen(req, timeout=30) as r:
+                    self.trigger_answer = json.loads(r.read())
+            except Exception as e:  # noqa: BLE001 - recorded in the result, not fatal
+                self.trigger_answer = {"error": str(e)}
+
+        self.alarm = threading.Thread(target=fire, daemon=True)
+        self.alarm.start()
+
+    def collect(self, fault_start_ns, fault_end_ns):
+        """Continuous mode: the first non-`none` cadence report ending in the fault phase,
+        and non-`none` reports before it (false alarms); on-demand: the /trigger answer."""
+        if self.alarm is not None:
+            self.alarm.join(timeout=40)
+        reports = []
+        try:
+            with open(self.reports) as f:
+                reports = [json.loads(line) for line in f if line.strip()]
+        except (OSError, ValueError):
+            pass
+        cadence = [r for r in reports if r.get("trigger") == "cadence" and r["window_end_ns"] <= fault_end_ns]
+        early = [r for r in cadence if r["verdict"] != "none" and r["window_end_ns"] < fault_start_ns]
+        late = [r for r in cadence if r["verdict"] != "none" and r["window_end_ns"] >= fault_start_ns]
+        first = late[0] if late else None
+        return {
+            "exit_code": getattr(self, "exit_code", None),
+            "reports": len(reports),
+            "false_alarms_before_fault": len(early),
+            "continuous_verdict": first["verdict"] if first else "none",
+            "continuous_delay_s": round((first["window_end_ns"] - fault_start_ns) / 1e9, 1) if first else None,
+            "continuous_impact_factor": first["impact_factor"] if first else None,
+            "on_demand": slim(self.trigger_answer),
+        }
+
+    def stop(self):
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.exit_code = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.exit_code = "killed after 30 s"
+
+
+def slim(report):
+    """The fields the result table shows."""
+    if not isinstance(report, dict) or "verdict" not in report:
+        return report
+    if isinstance(report.get("reports"), list):  # answer may wrap several targets
+        report = report["reports"][0] if report["reports"] else {}
+    return {k: report.get(k) for k in ("verdict", "impact_factor", "onset_dispersion_seconds", "subsystem")} | {
+        "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]]
+    }

@@ -1,0 +1,112 @@
+"""One recorded case fed through the OTLP path: every `perf script` line of its trace becomes
+an OTLP log record (one half of a call: `syscall.phase`, `syscall.nr`, `thread.id`, the
+record's timestamp), exported by the real OpenTelemetry Python SDK over gRPC to a running
+`faultline run`, which is then asked for the on-demand diagnosis at fault + 10 s. The
+verdict must match the offline `analyze` of the same trace: the accuracy holds for OTLP
+input, not only for perf text."""
+import json
+import os
+import re
+import subprocess
+import time
+import urllib.request
+
+GRPC = "127.0.0.1:14317"
+METRICS = "127.0.0.1:19465"
+LINE = re.compile(r"^\s*(\S+)\s+(\d+)/(\d+)\s+(\d+)\.(\d+):\s+raw_syscalls:sys_(enter|exit):\s+NR\s+(-?\d+)(?:.*=\s*(-?\d+))?")
+
+
+def records(trace):
+    """(pid, tid, ts_ns, phase, nr, ret) of every line of a zstd perf-script trace."""
+    p = subprocess.Popen(["zstd", "-dcq", trace], stdout=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        m = LINE.match(line)
+        if not m:
+            continue
+        _, pid, tid, s, ns, phase, nr, ret = m.groups()
+        yield int(pid), int(tid), int(s) * 10**9 + int(ns.ljust(9, "0")[:9]), phase, int(nr), ret
+    p.wait()
+
+
+def start_plugin(binary, out_dir, target):
+    config = os.path.join(out_dir, "otlp.toml")
+    reports = os.path.join(out_dir, "otlp_reports.jsonl")
+    with open(config, "w") as f:
+        f.write(
+            f'[[targets]]\nname = "{target}"\nservice_names = ["{target}"]\n\n'
+            f'[sources.otlp]\nenabled = true\ngrpc = "{GRPC}"\nhttp = "127.0.0.1:14318"\n\n'
+            f'[pipeline]\nqueue_capacity = 4096\n\n'
+            f'[sinks.prometheus]\nlisten = "{METRICS}"\n\n[sinks.json]\nenabled = true\npath = "{reports}"\n'
+        )
+    proc = subprocess.Popen([binary, "run", "--config", config], stdout=subprocess.DEVNULL,
+                            stderr=open(os.path.join(out_dir, "otlp.log"), "w"))
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(f"http://{METRICS}/healthz", timeout=1).read()
+            return proc, reports
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("faultline run did not start (see otlp.log)")
+
+
+def metric(name):
+    text = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def send(trace, target):
+    """Exports the trace with one LoggerProvider per process (process.pid is a resource
+    attribute); returns the number of records sent."""
+    from opentelemetry._logs import LogRecord
+    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from opentelemetry.sdk.resources import Resource
+
+    providers, loggers, sent = {}, {}, 0
+    for pid, tid, ts, phase, nr, ret in records(trace):
+        logger = loggers.get(pid)
+        if logger is None:
+            provider = LoggerProvider(resource=Resource.create({"service.name": target, "process.pid": pid}))
+            # A queue large enough that the SDK never drops (it drops silently when full).
+            provider.add_log_record_processor(BatchLogRecordProcessor(
+                OTLPLogExporter(endpoint=f"http://{GRPC}", insecure=True),
+                max_queue_size=1 << 20, max_export_batch_size=2048, schedule_delay_millis=200))
+            providers[pid], logger = provider, provider.get_logger("faultline.realworld")
+            loggers[pid] = logger
+        attrs = {"thread.id": tid, "syscall.nr": nr, "syscall.phase": phase}
+        if ret is not None:
+            attrs["syscall.ret"] = int(ret)
+        logger.emit(LogRecord(timestamp=ts, attributes=attrs))
+        sent += 1
+    for p in providers.values():
+        p.force_flush(timeout_millis=120_000)
+        p.shutdown()
+    return sent
+
+
+def run(binary, case_dir, truth, alarm_after_s=10.0):
+    """Returns the OTLP path's on-demand diagnosis and the event accounting."""
+    target = truth["app"]
+    proc, _ = start_plugin(binary, case_dir, target)
+    try:
+        t0 = time.time()
+        sent = send(os.path.join(case_dir, truth["trace_file"]), target)
+        took = time.time() - t0
+        deadline = time.time() + 60
+        while time.time() < deadline and metric("faultline_engine_events_total") < metric("faultline_events_received_total"):
+            time.sleep(0.5)
+        received = metric("faultline_events_received_total")
+        dropped = metric("faultline_events_dropped_total")
+        rejected = metric("faultline_decode_errors_total")
+        at = int(truth["fault_start_ns"] + alarm_after_s * 1e9)
+        req = urllib.request.Request(f"http://{METRICS}/trigger?target={target}&at_ns={at}", method="POST", data=b"")
+        report = json.loads(urllib.request.urlopen(req, timeout=60).read())
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"sent": sent, "received": received, "dropped": dropped, "rejected": rejected, "send_seconds": round(took, 1),
+            "verdict": report.get("verdict"), "impact_factor": report.get("impact_factor"),
+            "onset_dispersion_seconds": report.get("onset_dispersion_seconds"),
+            "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]]}
