@@ -13,4 +13,6 @@ cargo test --workspace
 echo "== real-world smoke (PostgreSQL under pgbench: control, CPU cap, table lock; one case through OTLP)"
 # The debug binary `cargo test` just built: analysis of these short traces takes seconds.
 cargo build -p faultline
-python3 integration-tests/realworld/run.py --smoke --bin target/debug/faultline --out "${TMPDIR:-/tmp}/faultline-rw-smoke"
+smoke="${TMPDIR:-/tmp}/faultline-rw-smoke"
+rm -rf "$smoke"
+python3 integration-tests/realworld/run.py --smoke --bin target/debug/faultline --out "$smoke/cases" --root "$smoke/apps"
