@@ -4,16 +4,26 @@
 //! Streams come from `faultline_engine::synth` (realistic roles, ~50 syscall types, an
 //! environment fault two thirds in), are generated before timing, and are fed in batches
 //! of 4096 events like the pipeline does, draining reports every 64 batches. Each case
-//! runs a few times on a fresh engine and the median is reported.
+//! runs a few times on a fresh engine and the median is reported. Rates are events per
+//! second of the calling thread's CPU time (the engine runs on it in both hostings), so
+//! other processes sharing the core do not count.
 //!
 //! Issue targets: native ≥ 10 M events/s per core, WASM ≥ 0.7× native, engine state
 //! ≤ 64 MiB at 10,000 threads. Peak RSS is measured in a child process per hosting
 //! (re-running this binary with `FL_BENCH_RSS_CHILD`), so pre-generated events and the
 //! other hosting do not count against it.
 //!
-//! Knobs: `FL_BENCH_QUICK=1` runs only the first case once; `FL_BENCH_NO_DEADLINE=1` runs
-//! the WASM host without the epoch deadline (shows its cost); `FAULTLINE_WASM_PERFMAP=1`
-//! lets `perf record` name the guest's JIT-compiled functions.
+//! A last case replays a real MariaDB perf-script trace (~20 threads, enter/exit halves),
+//! decoded to batches before timing, each batch fed to the target named by its process.
+//!
+//! Knobs: `FL_BENCH_QUICK=1` runs only the first case once; `FL_BENCH_CASES=10000/Complete,real`
+//! runs only the listed cases (`threads/shape` or `real`); `FL_BENCH_HOSTS=native` (or
+//! `wasm`) runs one hosting; `FL_BENCH_REPS=n` overrides the repetitions;
+//! `FL_BENCH_DIGEST=1` also prints a hash of every report each case produced
+//! (continuous, `finish` and an on-demand trigger), so an optimisation can be checked
+//! to leave the results bit for bit unchanged; `FL_BENCH_NO_DEADLINE=1` runs the WASM
+//! host without the epoch deadline (shows its cost); `FAULTLINE_WASM_PERFMAP=1` lets
+//! `perf record` name the guest's JIT-compiled functions.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -21,9 +31,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use faultline::engine_host::{EngineHost, HostConfig, NativeHost, WasmHost};
-use faultline::pipeline::telemetry::Telemetry;
+use faultline::pipeline::telemetry::{SourceStats, Telemetry};
+use faultline::sources::perf::PerfScriptReader;
+use faultline::sources::BatchReader;
 use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
-use faultline_engine::{Params, SyscallEvent};
+use faultline_engine::syscalls::Arch;
+use faultline_engine::{Params, Report, SyscallEvent};
 
 const BATCH: usize = 4096;
 const DRAIN_EVERY: usize = 64;
@@ -33,6 +46,10 @@ const STREAM_SECONDS: f64 = 30.0;
 const RSS_CHILD_ENV: &str = "FL_BENCH_RSS_CHILD";
 /// `FL_BENCH_QUICK=1`: only the first case, once, no RSS children (for quick comparisons).
 const QUICK_ENV: &str = "FL_BENCH_QUICK";
+/// The real trace of the last case (skipped when missing).
+const REAL_TRACE: &str = "/work/shared/traces/perf-faults/mariadb_cpu_cap/trace.txt.zst";
+/// Target name of the synthetic streams.
+const SYNTH_TARGET: &str = "bench";
 
 fn spec(threads: u32, shape: EventShape) -> StreamSpec {
     // Synth threads average 1.25× the nominal rate; enter/exit doubles the records per call.
@@ -61,23 +78,149 @@ fn spec(threads: u32, shape: EventShape) -> StreamSpec {
     }
 }
 
-/// Feeds `events` through `host`; returns the time spent inside the engine calls and the
-/// engine's state estimate before `finish`.
-fn run(host: &mut dyn EngineHost, events: &[SyscallEvent]) -> (Duration, usize) {
-    let start = Instant::now();
-    for (i, chunk) in events.chunks(BATCH).enumerate() {
-        if let Err(e) = host.ingest("bench", chunk) {
+/// One benchmark input: named batches, fed in order.
+struct Case {
+    name: String,
+    threads: String,
+    shape: String,
+    batches: Vec<(String, Vec<SyscallEvent>)>,
+    events: usize,
+}
+
+impl Case {
+    fn synth(threads: u32, shape: EventShape) -> Self {
+        let events: Vec<SyscallEvent> = generate(&spec(threads, shape)).collect();
+        let n = events.len();
+        Self {
+            name: format!("{threads}/{shape:?}"),
+            threads: threads.to_string(),
+            shape: format!("{shape:?}"),
+            batches: events
+                .chunks(BATCH)
+                .map(|c| (SYNTH_TARGET.to_string(), c.to_vec()))
+                .collect(),
+            events: n,
+        }
+    }
+
+    /// The real trace as the perf source batches it (per process, ≤ 1 s of trace time).
+    fn real() -> Option<Self> {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut reader =
+            PerfScriptReader::open(std::path::Path::new(REAL_TRACE), Arch::X86_64, stats).ok()?;
+        let mut batches = Vec::new();
+        let mut tids = std::collections::HashSet::new();
+        while let Ok(Some(b)) = reader.next_batch() {
+            let target = b.process.comm.clone().unwrap_or_else(|| "unknown".into());
+            tids.extend(b.events.iter().map(|e| e.tid));
+            batches.push((target, b.events));
+        }
+        let events = batches.iter().map(|(_, e)| e.len()).sum();
+        Some(Self {
+            name: "real".into(),
+            threads: format!("real ({})", tids.len()),
+            shape: "EnterExit".into(),
+            batches,
+            events,
+        })
+    }
+
+    /// Latest event time (for the on-demand trigger of the digest).
+    fn last_ns(&self) -> u64 {
+        self.batches
+            .iter()
+            .flat_map(|(_, b)| b.iter().map(|e| e.ts_ns))
+            .max()
+            .unwrap_or(0)
+    }
+}
+
+/// What one run produced.
+struct RunOut {
+    elapsed: Duration,
+    state: usize,
+    /// Hash of every report, in order (see `digest`).
+    digest: u64,
+}
+
+/// FNV-1a over the reports' JSON: any change of any field changes it.
+fn digest(h: &mut u64, reports: &[Report]) {
+    for r in reports {
+        let json = serde_json::to_vec(r).unwrap_or_default();
+        for b in json.iter().chain(b"\n") {
+            *h ^= u64::from(*b);
+            *h = h.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+    }
+}
+
+/// CPU time of the calling thread: the bench machine is shared, so wall time would
+/// count other processes' slices; the engine runs on the calling thread in both hostings.
+#[derive(Clone, Copy)]
+struct CpuClock(Duration);
+
+impl CpuClock {
+    fn now() -> Self {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant the
+        // kernel supports for the calling thread.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc != 0 {
+            return Self(Duration::ZERO);
+        }
+        Self(Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32))
+    }
+
+    fn elapsed(self) -> Duration {
+        Self::now().0.saturating_sub(self.0)
+    }
+}
+
+/// Feeds the case through `host`; times (in thread CPU time) only the engine calls.
+fn run(host: &mut dyn EngineHost, case: &Case, with_digest: bool) -> RunOut {
+    let mut h = 0xcbf2_9ce4_8422_2325u64;
+    let mut elapsed = Duration::ZERO;
+    let mut start = CpuClock::now();
+    for (i, (target, chunk)) in case.batches.iter().enumerate() {
+        if let Err(e) = host.ingest(target, chunk) {
             panic!("ingest failed: {e}");
         }
         if i % DRAIN_EVERY == DRAIN_EVERY - 1 {
-            black_box(host.take_reports().ok());
+            let reports = host.take_reports().unwrap_or_default();
+            if with_digest {
+                elapsed += start.elapsed();
+                digest(&mut h, &reports);
+                start = CpuClock::now();
+            }
+            black_box(reports);
         }
     }
-    black_box(host.take_reports().ok());
-    let elapsed = start.elapsed();
+    let reports = host.take_reports().unwrap_or_default();
+    elapsed += start.elapsed();
+    digest(&mut h, &reports);
     let state = host.state_bytes().unwrap_or(0);
-    black_box(host.finish().ok());
-    (elapsed, state)
+    if with_digest {
+        // On demand, 20 s before the end: the window straddles the synthetic fault.
+        let at = case.last_ns().saturating_sub(20_000_000_000);
+        let mut targets: Vec<&String> = case.batches.iter().map(|(t, _)| t).collect();
+        targets.sort();
+        targets.dedup();
+        for t in targets {
+            if let Ok(Some(r)) = host.trigger(t, at) {
+                digest(&mut h, &[r]);
+            }
+        }
+    }
+    let fin = host.finish().unwrap_or_default();
+    digest(&mut h, &fin);
+    RunOut {
+        elapsed,
+        state,
+        digest: h,
+    }
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
@@ -109,34 +252,67 @@ fn new_host(wasm: bool) -> Box<dyn EngineHost> {
     }
 }
 
-/// Median events/s over `REPS` fresh engines, and the state estimate.
-fn measure(wasm: bool, events: &[SyscallEvent]) -> (f64, usize) {
+/// Median events/s over the repetitions (fresh engines), the state estimate, the digest.
+fn measure(wasm: bool, case: &Case) -> (f64, usize, Option<u64>) {
     let mut rates = Vec::new();
     let mut state = 0;
-    let reps = if quick() { 1 } else { REPS };
-    for _ in 0..reps {
+    let mut dig = None;
+    let reps = if quick() { 1 } else { reps() };
+    for r in 0..reps {
         let mut host = new_host(wasm);
-        let (t, s) = run(host.as_mut(), events);
-        rates.push(events.len() as f64 / t.as_secs_f64());
-        state = s;
+        // The first run also hashes the reports (outside the timed spans).
+        let out = run(host.as_mut(), case, r == 0 && digest_wanted());
+        rates.push(case.events as f64 / out.elapsed.as_secs_f64());
+        state = out.state;
+        if r == 0 && digest_wanted() {
+            dig = Some(out.digest);
+        }
     }
-    (median(rates), state)
+    (median(rates), state, dig)
 }
 
 fn quick() -> bool {
     std::env::var_os(QUICK_ENV).is_some()
 }
 
+fn reps() -> usize {
+    std::env::var("FL_BENCH_REPS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(REPS)
+}
+
+fn digest_wanted() -> bool {
+    std::env::var_os("FL_BENCH_DIGEST").is_some()
+}
+
+/// Whether `FL_BENCH_CASES` (comma-separated, case-insensitive) selects `name`.
+fn case_wanted(name: &str) -> bool {
+    match std::env::var("FL_BENCH_CASES") {
+        Ok(list) => list.split(',').any(|c| c.trim().eq_ignore_ascii_case(name)),
+        Err(_) => true,
+    }
+}
+
+/// Whether `FL_BENCH_HOSTS` selects this hosting (both by default).
+fn host_wanted(wasm: bool) -> bool {
+    match std::env::var("FL_BENCH_HOSTS") {
+        Ok(h) => h.contains(if wasm { "wasm" } else { "native" }),
+        Err(_) => true,
+    }
+}
+
 /// Encode and decode of the WASM batch layout alone, natively (events/s each): the
 /// ABI's share of a WASM call.
-fn codec_rates(events: &[SyscallEvent]) -> (f64, f64) {
+fn codec_rates(case: &Case) -> (f64, f64) {
     use faultline_engine::abi::batch::{decode_batch, encode_batch};
     let mut buf = Vec::new();
     let mut out = Vec::new();
     let (mut enc, mut dec) = (Duration::ZERO, Duration::ZERO);
-    for chunk in events.chunks(BATCH) {
+    for (target, chunk) in &case.batches {
         let t = Instant::now();
-        if encode_batch("bench", chunk, &mut buf).is_err() {
+        if encode_batch(target, chunk, &mut buf).is_err() {
             return (f64::NAN, f64::NAN);
         }
         enc += t.elapsed();
@@ -144,7 +320,7 @@ fn codec_rates(events: &[SyscallEvent]) -> (f64, f64) {
         black_box(decode_batch(&buf, &mut out).ok());
         dec += t.elapsed();
     }
-    let n = events.len() as f64;
+    let n = case.events as f64;
     (n / enc.as_secs_f64(), n / dec.as_secs_f64())
 }
 
@@ -166,7 +342,7 @@ fn rss_child(kind: &str) {
         if batch.is_empty() {
             break;
         }
-        if let Err(e) = host.ingest("bench", &batch) {
+        if let Err(e) = host.ingest(SYNTH_TARGET, &batch) {
             panic!("ingest failed: {e}");
         }
     }
@@ -191,14 +367,41 @@ fn child_peak_rss_mib(kind: &str) -> String {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// The cases, generated lazily so a filtered run does not pay for the others.
+fn cases() -> Vec<Box<dyn Fn() -> Option<Case>>> {
+    let mut out: Vec<Box<dyn Fn() -> Option<Case>>> = Vec::new();
+    for threads in [1_000u32, 10_000] {
+        for shape in [EventShape::Complete, EventShape::EnterExit] {
+            if case_wanted(&format!("{threads}/{shape:?}")) {
+                out.push(Box::new(move || Some(Case::synth(threads, shape))));
+            }
+        }
+    }
+    if case_wanted("real") {
+        out.push(Box::new(Case::real));
+    }
+    out
+}
+
+fn fmt_rate(r: Option<f64>) -> String {
+    r.map_or("-".into(), |r| format!("{:.2}", r / 1e6))
+}
+
+fn fmt_mib(s: Option<usize>) -> String {
+    s.map_or("-".into(), |s| format!("{:.1}", s as f64 / MIB))
+}
+
 fn main() {
     if let Ok(kind) = std::env::var(RSS_CHILD_ENV) {
         rss_child(&kind);
         return;
     }
-    // `cargo bench` passes `--bench`; a filter argument is not supported (fixed cases).
+    // `cargo bench` passes `--bench`; cases are chosen with `FL_BENCH_CASES`.
     let wall = Instant::now();
-    println!("engine throughput: batches of {BATCH}, median of {REPS}, one core");
+    println!(
+        "engine throughput: batches of {BATCH}, median of {}, one core (thread CPU time)",
+        reps()
+    );
     println!();
     println!("| threads | shape | events | native M ev/s | wasm M ev/s | wasm/native | native state MiB | wasm state MiB |");
     println!("|---:|---|---:|---:|---:|---:|---:|---:|");
@@ -206,31 +409,53 @@ fn main() {
     let mut worst_ratio = f64::MAX;
     let mut state_10k = 0usize;
     let mut codec = (f64::NAN, f64::NAN);
-    'cases: for threads in [1_000u32, 10_000] {
-        for shape in [EventShape::Complete, EventShape::EnterExit] {
-            let events: Vec<SyscallEvent> = generate(&spec(threads, shape)).collect();
-            if codec.0.is_nan() {
-                codec = codec_rates(&events);
+    let mut digests = Vec::new();
+    for make in cases() {
+        let Some(case) = make() else {
+            println!("| real | SKIPPED: {REAL_TRACE} unreadable | | | | | | |");
+            continue;
+        };
+        if codec.0.is_nan() {
+            codec = codec_rates(&case);
+        }
+        let native = host_wanted(false).then(|| measure(false, &case));
+        let wasm = host_wanted(true).then(|| measure(true, &case));
+        let ratio = match (&native, &wasm) {
+            (Some(n), Some(w)) => Some(w.0 / n.0),
+            _ => None,
+        };
+        if let Some(n) = &native {
+            worst_native = worst_native.min(n.0);
+        }
+        if let Some(r) = ratio {
+            worst_ratio = worst_ratio.min(r);
+        }
+        if case.threads == "10000" {
+            for s in [native.as_ref().map(|n| n.1), wasm.as_ref().map(|w| w.1)]
+                .into_iter()
+                .flatten()
+            {
+                state_10k = state_10k.max(s);
             }
-            let (native, native_state) = measure(false, &events);
-            let (wasm, wasm_state) = measure(true, &events);
-            let ratio = wasm / native;
-            worst_native = worst_native.min(native);
-            worst_ratio = worst_ratio.min(ratio);
-            if threads == 10_000 {
-                state_10k = state_10k.max(native_state).max(wasm_state);
+        }
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
+            case.threads,
+            case.shape,
+            case.events,
+            fmt_rate(native.as_ref().map(|n| n.0)),
+            fmt_rate(wasm.as_ref().map(|w| w.0)),
+            ratio.map_or("-".into(), |r| format!("{r:.2}")),
+            fmt_mib(native.as_ref().map(|n| n.1)),
+            fmt_mib(wasm.as_ref().map(|w| w.1)),
+        );
+        for (host, m) in [("native", &native), ("wasm", &wasm)] {
+            if let Some((_, _, Some(d))) = m {
+                digests.push(format!("{} {host}: {d:016x}", case.name));
             }
-            println!(
-                "| {threads} | {shape:?} | {} | {:.2} | {:.2} | {ratio:.2} | {:.1} | {:.1} |",
-                events.len(),
-                native / 1e6,
-                wasm / 1e6,
-                native_state as f64 / MIB,
-                wasm_state as f64 / MIB,
-            );
-            if quick() {
-                break 'cases;
-            }
+        }
+        if quick() {
+            break;
         }
     }
     println!();
@@ -239,7 +464,14 @@ fn main() {
         codec.0 / 1e6,
         codec.1 / 1e6
     );
-    if quick() {
+    if !digests.is_empty() {
+        println!();
+        println!("report digests (equal before/after an optimisation, and native = wasm):");
+        for d in &digests {
+            println!("  {d}");
+        }
+    }
+    if quick() || std::env::var_os("FL_BENCH_CASES").is_some() {
         return;
     }
     println!();

@@ -55,9 +55,15 @@ impl Welford {
     /// Sample standard deviation (0 with fewer than two samples).
     pub fn std_dev(&self) -> f32 {
         if self.n < 2.0 {
-            0.0
+            return 0.0;
+        }
+        let var = self.m2 / (self.n - 1.0);
+        // Same as `var.max(0.0).sqrt()` (NaN and negatives give 0) without `f32::max`,
+        // which is a libm call on wasm32 and this runs twice per moving average.
+        if var > 0.0 {
+            var.sqrt()
         } else {
-            (self.m2 / (self.n - 1.0)).max(0.0).sqrt()
+            0.0
         }
     }
 }

@@ -124,6 +124,25 @@ impl Derived {
 struct Pool {
     dur: Baseline,
     ia: Baseline,
+    /// `trained_sd(pool_min_n)` of `dur` and `ia`: their approved epochs change only at
+    /// an epoch boundary, so σ is computed there instead of once per moving average.
+    dur_sd: Option<f32>,
+    ia_sd: Option<f32>,
+}
+
+impl Pool {
+    /// An empty pool, with its cached σ consistent with `min_n`.
+    fn fresh(min_n: f32) -> Self {
+        let mut p = Self::default();
+        p.refresh_sd(min_n);
+        p
+    }
+
+    /// Recomputes the cached σ (after a rotation or a change of `min_n`).
+    fn refresh_sd(&mut self, min_n: f32) {
+        self.dur_sd = self.dur.trained_sd(min_n);
+        self.ia_sd = self.ia.trained_sd(min_n);
+    }
 }
 
 /// Per-syscall activity of one cadence epoch.
@@ -201,6 +220,9 @@ impl Target {
         self.d = Derived::new(&params);
         self.params = params;
         self.bin_cache = EMPTY_BIN;
+        for p in &mut self.pools {
+            p.refresh_sd(self.d.pool_min_n);
+        }
         if k_changed {
             for t in &mut self.threads {
                 t.rings = vec![0.0; t.chans.len() * 2 * self.d.k];
@@ -239,7 +261,9 @@ impl Target {
         for (i, ev) in events.iter().enumerate() {
             if prefetch {
                 // Large batches may come from memory too (a decoded file, a bench).
-                crate::prefetch::line(events.as_ptr().wrapping_add(i + 2 * INDEX_AHEAD));
+                if let Some(e) = events.get(i + 2 * INDEX_AHEAD) {
+                    crate::prefetch::line(e);
+                }
                 if let Some(e) = events.get(i + INDEX_AHEAD) {
                     self.index.prefetch(e.tid);
                 }
@@ -288,8 +312,8 @@ impl Target {
         if let Some(a) = ahead.get_mut(j % FAR) {
             *a = slot.map_or(u32::MAX, |s| s as u32);
         }
-        if let Some(s) = slot {
-            crate::prefetch::range(self.threads.as_ptr().wrapping_add(s), THREAD_HOT_BYTES);
+        if let Some(t) = slot.and_then(|s| self.threads.get(s)) {
+            crate::prefetch::bytes(t, THREAD_HOT_BYTES);
         }
     }
 
@@ -563,6 +587,7 @@ impl Target {
         for p in &mut self.pools {
             p.dur.rotate(clean, max_n * 16.0);
             p.ia.rotate(clean, max_n * 16.0);
+            p.refresh_sd(self.d.pool_min_n);
         }
         let epochs = self.activity_events.len().max(1);
         self.epoch_slot = (self.epoch_slot + 1) % epochs;
@@ -939,16 +964,15 @@ fn feed(
     let ma = series.push(ring, x)?;
     let pi = pool_index(key);
     if pools.len() <= pi {
-        pools.resize(pi + 1, Pool::default());
+        pools.resize(pi + 1, Pool::fresh(d.pool_min_n));
     }
     let pool = pools.get_mut(pi)?;
-    let pool_b = if frequency {
-        &mut pool.ia
+    let (pool_b, pool_sd) = if frequency {
+        (&mut pool.ia, pool.ia_sd)
     } else {
-        &mut pool.dur
+        (&mut pool.dur, pool.dur_sd)
     };
     let own_sd = series.baseline.trained_sd(d.min_n);
-    let pool_sd = pool_b.trained_sd(d.pool_min_n);
     let own = series.baseline.usable_with(own_sd, d.min_epochs);
     let reference = own.or_else(|| pool_b.usable_with(pool_sd, d.min_epochs));
     series.baseline.learn_with(ma, own_sd);

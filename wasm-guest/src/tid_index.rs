@@ -57,8 +57,8 @@ impl TidIndex {
     /// Hints the CPU to fetch the line where `tid`'s lookup starts.
     #[inline]
     pub fn prefetch(&self, tid: u32) {
-        if !self.table.is_empty() {
-            crate::prefetch::line(self.table.as_ptr().wrapping_add(self.home(tid)));
+        if let Some(e) = self.table.get(self.home(tid)) {
+            crate::prefetch::line(e);
         }
     }
 
