@@ -39,8 +39,7 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     rec = None
     live_result = None
     try:
-        if hasattr(fault, "arm"):
-            fault.arm(env, app)
+        fault.arm(env, app)
         load = app.start_load(env, log)
         time.sleep(timing.warmup)
         pids = env.cgroup.pids()

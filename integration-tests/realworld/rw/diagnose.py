@@ -150,7 +150,7 @@ def table(rows, mode):
             f"| {r['case']} | {r['truth']}/{r['truth_subsystem']} | **{r['verdict']}**{mark} | {r['impact_factor']:.2f} | "
             f"{r['onset_dispersion_seconds']:.2f} | {th['directly_affected']}/{th['affected']}/{th['total']} | {r['top_by_time']} | "
             f"{r['top_by_frequency']} | {sub} | {'' if r['delay_s'] is None else r['delay_s']} | {r['false_alarms']} | "
-            f"{'yes' if r['valid'] else 'no'} |")
+            f"{'—' if r['truth'] == 'none' else 'yes' if r['valid'] else 'no'} |")
     out.append("")
     out.append(summary(rows, mode))
     return "\n".join(out)

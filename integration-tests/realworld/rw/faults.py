@@ -5,7 +5,7 @@ import subprocess
 import threading
 import time
 
-from .env import Autogroup, mono_ns
+from .env import Autogroup
 
 
 class Fault:
@@ -17,6 +17,9 @@ class Fault:
 
     def __init__(self):
         self.details = {}
+
+    def arm(self, env, app):
+        """Before the load and the trace start (e.g. connect a session)."""
 
     def start(self, env, app):
         raise NotImplementedError
@@ -186,7 +189,3 @@ EXTERNAL = {
     "mem_cap": MemCap,
     "net_loss": NetLoss,
 }
-
-
-def now():
-    return mono_ns()

@@ -6,22 +6,13 @@ its load generator (which writes every request into a LatencyLog), and its inter
 """
 import os
 
+from ..faults import Fault
 
-class InternalFault:
+
+class InternalFault(Fault):
     """A bug injected through the application itself (class `internal`)."""
 
     klass = "internal"
-    subsystem = ""
-    description = ""
-
-    def __init__(self):
-        self.details = {}
-
-    def start(self, env, app):
-        raise NotImplementedError
-
-    def stop(self, env, app):
-        pass
 
 
 class LoadHandle:

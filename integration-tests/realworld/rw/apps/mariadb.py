@@ -8,7 +8,8 @@ import subprocess
 import time
 
 from ..env import sh, wait_port
-from .base import App, InternalFault, LoadHandle
+from ..session import PipedSession, SessionFault
+from .base import App, LoadHandle
 
 MARIADBD = "/usr/sbin/mariadbd"
 PORT = 3306
@@ -85,54 +86,6 @@ def admin_sql(app, sql, check=True):
               quiet=not check)
 
 
-class Session:
-    """A `mariadb` client session from the client address, connected before tracing starts
-    (so the fault does not show up as a new server thread), fed SQL through stdin."""
-
-    def __init__(self, env):
-        argv = ["mariadb", "--no-defaults", "-h", env.server_ip, "-P", str(PORT), "-u", FAULT_USER,
-                f"-p{PASSWORD}", "-n", "-N", "-B", DB]
-        self.proc = subprocess.Popen(env.client_argv(argv), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, text=True)
-
-    def send(self, sql):
-        self.proc.stdin.write(sql + "\n")
-        self.proc.stdin.flush()
-
-    def close(self, app):
-        """Cancels a running statement, releases locks and transactions, and quits."""
-        admin_sql(app, f"KILL QUERY USER {FAULT_USER}", check=False)
-        try:
-            self.proc.stdin.write("ROLLBACK;\nUNLOCK TABLES;\nquit\n")
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-
-
-class SessionFault(InternalFault):
-    """An internal fault made by one extra client session sending `sql` at the fault start."""
-
-    sql = ""
-
-    def arm(self, env, app):
-        self.session = Session(env)
-        time.sleep(0.5)
-        if self.session.proc.poll() is not None:
-            raise RuntimeError(f"the fault session (mariadb as {FAULT_USER}) exited with {self.session.proc.returncode}")
-
-    def start(self, env, app):
-        self.details = {"sql": self.sql}
-        self.session.send(self.sql)
-
-    def stop(self, env, app):
-        self.session.close(app)
-
-
 class LockTables(SessionFault):
     subsystem = "locking"
     description = ("internal: another session holds LOCK TABLES sbtest1 WRITE for the whole fault phase: the sysbench "
@@ -164,6 +117,17 @@ class MariaDB(App):
     comm = "mariadbd"
     cpu_cap_fraction = 0.05
     mem_cap_below_bytes = 8 * 2**20
+
+    FAULT_SESSION_GOODBYE = "ROLLBACK;\nUNLOCK TABLES;\nquit\n"
+
+    def fault_session(self, env):
+        """A `mariadb` client from the client address as the fault user."""
+        argv = ["mariadb", "--no-defaults", "-h", env.server_ip, "-P", str(PORT), "-u", FAULT_USER,
+                f"-p{PASSWORD}", "-n", "-N", "-B", DB]
+        return PipedSession(env.client_argv(argv))
+
+    def cancel_fault_session(self, env):
+        admin_sql(self, f"KILL QUERY USER {FAULT_USER}", check=False)
 
     def socket(self):
         """The admin path: a Unix socket under the app's root, not /run (no system service)."""

@@ -8,7 +8,8 @@ import subprocess
 import time
 
 from ..env import mono_ns, sh, wait_port
-from .base import App, InternalFault, LoadHandle
+from ..session import PipedSession, SessionFault
+from .base import App, LoadHandle
 
 BIN = "/usr/lib/postgresql/15/bin"
 PORT = 5432
@@ -73,49 +74,6 @@ class Pgbench(LoadHandle):
                         # With -R the latency is counted from the scheduled start (lag included).
                         start_ns = end_ns - latency_us * 1000
                         self.log.add(start_ns, end_ns, True, klass)
-
-
-class Session:
-    """A psql session connected before tracing starts (so the fault does not show up as a
-    new backend), fed SQL through stdin."""
-
-    def __init__(self, env):
-        env_vars = dict(os.environ, PGAPPNAME="flrw_fault")
-        self.proc = subprocess.Popen(
-            env.client_argv(["psql", "-h", env.server_ip, "-p", str(PORT), "-U", "postgres", "-q", "bench"]),
-            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True, env=env_vars)
-
-    def send(self, sql):
-        self.proc.stdin.write(sql + "\n")
-        self.proc.stdin.flush()
-
-    def close(self, env):
-        sh("psql", "-h", env.server_ip, "-p", str(PORT), "-U", "postgres", "-q", "-c",
-           "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'flrw_fault'",
-           "bench", check=False, quiet=True)
-        try:
-            self.proc.stdin.write("ROLLBACK;\n\\q\n")
-            self.proc.stdin.close()
-        except (BrokenPipeError, OSError):
-            pass
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
-class SessionFault(InternalFault):
-    sql = ""
-
-    def arm(self, env, app):
-        self.session = Session(env)
-        time.sleep(0.5)
-
-    def start(self, env, app):
-        self.session.send(self.sql)
-
-    def stop(self, env, app):
-        self.session.close(env)
 
 
 class LockTable(SessionFault):
@@ -189,6 +147,18 @@ class Postgres(App):
 
     def start_load(self, env, log):
         return Pgbench(env, self, log, self.load_seconds)
+
+    FAULT_SESSION_GOODBYE = "ROLLBACK;\n\\q\n"
+
+    def fault_session(self, env):
+        """psql from the client address, tagged so `cancel_fault_session` finds its backend."""
+        argv = env.client_argv(["psql", "-h", env.server_ip, "-p", str(PORT), "-U", "postgres", "-q", "bench"])
+        return PipedSession(argv, dict(os.environ, PGAPPNAME="flrw_fault"))
+
+    def cancel_fault_session(self, env):
+        sh("psql", "-h", env.server_ip, "-p", str(PORT), "-U", "postgres", "-q", "-c",
+           "SELECT pg_cancel_backend(pid) FROM pg_stat_activity WHERE application_name = 'flrw_fault'",
+           "bench", check=False, quiet=True)
 
     def internal_faults(self):
         return {"lock_table": LockTable, "adv_lock_hang": AdvisoryHang, "runaway_query": RunawayQuery}
