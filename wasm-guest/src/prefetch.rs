@@ -37,17 +37,10 @@ fn fetch(p: *const u8) {
 /// Starts fetching the lines of the first `bytes` bytes of `*r` (at most all of it).
 #[inline(always)]
 pub fn bytes<T>(r: &T, bytes: usize) {
-    let n = bytes.min(std::mem::size_of::<T>());
-    let b = (r as *const T).cast::<u8>();
-    let mut off = 0;
-    while off < n {
-        fetch(b.wrapping_add(off));
-        off += LINE;
-    }
-    if n > 0 {
-        // The last byte's line, when the span is not line-aligned.
-        fetch(b.wrapping_add(n - 1));
-    }
+    span(
+        (r as *const T).cast::<u8>(),
+        bytes.min(std::mem::size_of::<T>()),
+    );
 }
 
 /// Starts fetching the line holding `*r`.
@@ -59,14 +52,19 @@ pub fn line<T>(r: &T) {
 /// Starts fetching every line of `s`.
 #[inline(always)]
 pub fn slice<T>(s: &[T]) {
-    let n = std::mem::size_of_val(s);
-    let b = s.as_ptr().cast::<u8>();
+    span(s.as_ptr().cast::<u8>(), std::mem::size_of_val(s));
+}
+
+/// Fetches every line of the `n` bytes at `b` (callers pass spans of a live reference).
+#[inline(always)]
+fn span(b: *const u8, n: usize) {
     let mut off = 0;
     while off < n {
         fetch(b.wrapping_add(off));
         off += LINE;
     }
     if n > 0 {
+        // The last byte's line, when the span is not line-aligned.
         fetch(b.wrapping_add(n - 1));
     }
 }
