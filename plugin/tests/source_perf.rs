@@ -401,7 +401,7 @@ fn dd_of(bytes: u32) -> Vec<String> {
 /// Bytes `dd` copies in the lossy runs: a one-page ring buffer cannot hold them.
 const LOSSY_BYTES: u32 = 50_000;
 
-/// Live: a one-page ring buffer overruns; the `PERF_RECORD_LOST` counts perf passes on
+/// Live: a one-page ring buffer usually overruns; the `PERF_RECORD_LOST` counts perf passes on
 /// show as `kernel_lost` drops. They can fall short of the truth (the kernel reports a
 /// pending loss only with its next successful write, so a loss at the very end is never
 /// reported), but never exceed it.
@@ -417,21 +417,28 @@ fn live_perf_overrun_is_counted_as_kernel_lost() {
     let batches = drain(&mut r);
     assert_eq!(stats.decode_errors(), 0);
     let lost = stats.dropped(DropReason::KernelLost);
-    assert!(lost > 0, "a 1-page buffer lost nothing?");
     assert_eq!(lost, r.lost_events());
     let arrived: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
     // One read and one write per byte, an enter and an exit sample each, plus startup.
-    let traced_at_most = 4 * u64::from(LOSSY_BYTES) + 2_000;
+    let traced_at_least = 4 * u64::from(LOSSY_BYTES);
+    let traced_at_most = traced_at_least + 2_000;
     assert!(
         arrived + lost <= traced_at_most,
         "arrived {arrived} + lost {lost} > {traced_at_most}: counted twice?"
     );
+    // A fast, idle machine can drain even a one-page buffer; then nothing may be missing.
+    if lost == 0 {
+        assert!(
+            arrived >= traced_at_least,
+            "nothing counted lost, yet only {arrived} of {traced_at_least} records arrived"
+        );
+    }
 }
 
 /// Recorded to a file and decoded by the file reader: `kernel_lost` plus the decoded
 /// events stay within the samples perf itself says it processed (its tally also counts the
 /// final unreported loss, from the `PERF_RECORD_LOST_SAMPLES` totals that `perf script`
-/// does not print), and account for most of them.
+/// does not print), and account for most of them. When perf lost nothing, neither do we.
 #[test]
 fn recorded_overrun_accounts_for_every_sample() {
     if !perf_usable() {
@@ -456,21 +463,28 @@ fn recorded_overrun_accounts_for_every_sample() {
         .output()
         .unwrap();
     assert!(script.status.success());
-    // perf's own tally on stderr: `Processed 200250 samples and lost 55.92%!`.
+    // perf's own tally on stderr: `Processed 200250 samples and lost 55.92%!`, printed
+    // only when something was lost.
     let stderr = String::from_utf8_lossy(&script.stderr);
-    let processed: u64 = stderr
+    let processed: Option<u64> = stderr
         .split("Processed ")
         .nth(1)
         .and_then(|rest| rest.split_whitespace().next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no sample tally in perf's stderr: {stderr}"));
+        .and_then(|n| n.parse().ok());
     let stats = Arc::new(SourceStats::new("perf"));
     let mut r = PerfScriptReader::new(&script.stdout[..], Arch::X86_64, stats.clone());
     let batches = drain(&mut r);
     assert_eq!(stats.decode_errors(), 0);
     let lost = stats.dropped(DropReason::KernelLost);
-    assert!(lost > 0, "a 1-page buffer lost nothing?");
     let arrived: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
+    let Some(processed) = processed else {
+        // perf kept up (a fast, idle machine): then neither may we count a loss, and
+        // every read and write of `dd` must have arrived.
+        assert_eq!(lost, 0, "perf reported no loss; stderr: {stderr}");
+        let traced_at_least = 4 * u64::from(LOSSY_BYTES);
+        assert!(arrived >= traced_at_least, "{arrived} < {traced_at_least}");
+        return;
+    };
     assert!(
         arrived + lost <= processed,
         "arrived {arrived} + lost {lost} > processed {processed}"
