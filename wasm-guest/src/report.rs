@@ -225,6 +225,20 @@ pub struct AffectedThread {
     pub syscall: String,
     /// `time` or `frequency`.
     pub channel: String,
+    /// Share of the thread's tested bins with an outlier in the `persistence_seconds`
+    /// after its onset (1 when it is stuck in one call): a fault persists, a burst does not.
+    #[serde(default)]
+    pub persistence: f64,
+    /// The thread's calls between the anomaly onset and its own onset (interpolated
+    /// within time bins): how much of its own activity it took to show the fault.
+    #[serde(default)]
+    pub onset_calls: f64,
+    /// The thread's call rate in the `persistence_seconds` before the anomaly onset.
+    #[serde(default)]
+    pub calls_per_second_before: f64,
+    /// Busy and tested right after the onset: part of τ's population.
+    #[serde(default)]
+    pub active: bool,
 }
 
 /// α and β derived from a run under a known external fault (the paper's calibration).

@@ -78,6 +78,7 @@ struct Derived {
     pool_min_n: f32,
     min_epochs: u16,
     refractory_ns: u64,
+    persistence_ns: u64,
     max_n: f32,
     time_th: Thresholds,
     freq_th: Thresholds,
@@ -99,6 +100,7 @@ impl Derived {
             min_epochs: p.min_baseline_epochs.min(u16::MAX as u32) as u16,
             refractory_ns: seconds_to_ns(p.confirm_window_seconds * 10.0)
                 .max(seconds_to_ns(p.alpha_seconds * 4.0)),
+            persistence_ns: seconds_to_ns(p.persistence_seconds),
             max_n: p.baseline_max_samples as f32,
             time_th: Thresholds {
                 sigma: p.outlier_sigma as f32,
@@ -610,13 +612,27 @@ impl Target {
         c: &EngineCounters,
     ) -> Report {
         let d = &self.d;
-        let first = |t: &Thread, lo: u64| {
-            let real = t.first_episode(lo, to);
-            let stuck = self.inflight_episode(t, to).filter(|e| e.alarm_ns >= lo);
-            match (real, stuck) {
-                (Some(a), Some(b)) => Some(if b.alarm_ns < a.alarm_ns { b } else { a }),
-                (a, b) => a.or(b),
+        // A thread's earliest outlier at or after `lo` that lasted (see
+        // `min_persistence`), with its persistence: a blip before the fault does not
+        // hide the thread's later, real impact, and blips alone make no anomaly.
+        let first = |t: &Thread, lo: u64| -> Option<(Episode, f64)> {
+            let mut best = self
+                .lasting_inflight(t, to)
+                .filter(|e| e.alarm_ns >= lo)
+                .map(|e| (e, 1.0));
+            for e in t
+                .episodes
+                .iter()
+                .filter(|e| e.alarm_ns >= lo && e.alarm_ns <= to)
+            {
+                if best.is_some_and(|(b, _)| b.alarm_ns <= e.alarm_ns) {
+                    continue;
+                }
+                if let Some(p) = self.persistence(t, e.alarm_ns, to) {
+                    best = Some((*e, p));
+                }
             }
+            best
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
         // corroborated by `min_affected_threads` threads within α (an isolated thread's
@@ -631,7 +647,7 @@ impl Target {
             .threads
             .iter()
             .filter_map(|t| first(t, lo))
-            .map(|e| e.alarm_ns)
+            .map(|(e, _)| e.alarm_ns)
             .collect();
         alarms.sort_unstable();
         let need = self.params.min_affected_threads.max(1);
@@ -658,13 +674,14 @@ impl Target {
             let (lo, hi) = (t0 / d.bin_ns, t0.saturating_add(d.alpha_ns) / d.bin_ns);
             for t in &self.threads {
                 let busy = t.calls.sum(lo, hi) >= self.params.min_active_calls as u64;
-                if busy && t.tested.any(lo, hi) {
+                let testable = busy && t.tested.any(lo, hi);
+                if testable {
                     active += 1;
                     if t.tested_io.any(lo, hi) {
                         active_io += 1;
                     }
                 }
-                if let Some(e) = first(t, t0) {
+                if let Some((e, persistence)) = first(t, t0) {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
                     findings.push(Finding {
@@ -682,6 +699,14 @@ impl Target {
                             SyscallId(e.key).name().to_string()
                         },
                         channel: if e.frequency { "frequency" } else { "time" }.to_string(),
+                        persistence,
+                        onset_calls: self.calls_between(t, t0, e.alarm_ns),
+                        calls_per_second_before: self.calls_between(
+                            t,
+                            t0.saturating_sub(d.persistence_ns),
+                            t0,
+                        ) / (d.persistence_ns as f64 / 1e9),
+                        active: testable,
                     });
                     rank.add(
                         &e.top,
@@ -691,7 +716,10 @@ impl Target {
                 }
             }
         }
-        let anomalous = findings.len() >= self.params.min_affected_threads;
+        // Corroborated: `min_affected_threads` lasting outliers within α of each other
+        // somewhere in the window (on demand too: outliers scattered after an alarm are
+        // not one anomaly).
+        let anomalous = cluster.is_some() && findings.len() >= self.params.min_affected_threads;
         let top_time = rank.by_time(self.params.top_n);
         let top_freq = rank.by_frequency(self.params.top_n);
         let top_io = top_time
@@ -786,6 +814,16 @@ impl Target {
         report
     }
 
+    /// [`Self::inflight_episode`] once the call has stayed stuck for `persistence_seconds`
+    /// past its outlier threshold (or at once when `min_persistence` is 0): a backend
+    /// blocked on a lock stays blocked, while threads whose clients paused for a second
+    /// resume (measured on a fault-free PostgreSQL run).
+    fn lasting_inflight(&self, t: &Thread, to: u64) -> Option<Episode> {
+        let e = self.inflight_episode(t, to)?;
+        let lasted = e.alarm_ns.saturating_add(self.d.persistence_ns) <= to;
+        (lasted || self.params.min_persistence <= 0.0).then_some(e)
+    }
+
     /// A call still in flight at `to` that has already lasted far beyond its baseline:
     /// a thread blocked on a lock (or a stalled disk) makes no more calls, so only its
     /// open call can show the impact. It counts as an outlier from the moment its
@@ -821,6 +859,54 @@ impl Target {
             frequency: false,
             top,
         })
+    }
+
+    /// Share of `t`'s tested bins in the `persistence_seconds` after an outlier at
+    /// `from` that hold an outlier (1 when the thread is stuck in a call far beyond its
+    /// baseline), when it lasted: `None` when it fell below `min_persistence`, or when
+    /// less than `persistence_seconds` of data followed it (undecided yet: a later
+    /// evaluation decides), unless `min_persistence` is 0.
+    fn persistence(&self, t: &Thread, from: u64, to: u64) -> Option<f64> {
+        let d = &self.d;
+        let rho = self.params.min_persistence;
+        if self.lasting_inflight(t, to).is_some() {
+            return Some(1.0);
+        }
+        let end = from.saturating_add(d.persistence_ns);
+        let (lo, hi) = (from / d.bin_ns, end.min(to) / d.bin_ns);
+        let tested = t.tested.count(lo, hi);
+        let share = if tested == 0 {
+            0.0
+        } else {
+            f64::from(t.outlying.count(lo, hi)) / f64::from(tested)
+        };
+        if rho <= 0.0 {
+            return Some(share);
+        }
+        (end <= to && share >= rho).then_some(share)
+    }
+
+    /// `t`'s calls in `[a, b)`, edge bins counted pro rata.
+    fn calls_between(&self, t: &Thread, a: u64, b: u64) -> f64 {
+        let bin = self.d.bin_ns;
+        if b <= a {
+            return 0.0;
+        }
+        let (la, lb) = (a / bin, b / bin);
+        let part = |bi: u64, from: u64, to: u64| {
+            t.calls.sum(bi, bi) as f64 * (to - from) as f64 / bin as f64
+        };
+        if la == lb {
+            return part(la, a, b);
+        }
+        let head = part(la, a, (la + 1) * bin);
+        let tail = part(lb, lb * bin, b);
+        let mid = if lb > la + 1 {
+            t.calls.sum(la + 1, lb - 1) as f64
+        } else {
+            0.0
+        };
+        head + mid + tail
     }
 
     fn threads_seen(&self, from: u64, to: u64) -> u64 {
@@ -903,10 +989,27 @@ impl Target {
         if r.onset_times_seconds.count == 0 {
             return None;
         }
+        // α is the largest onset of the threads that could show the fault at once (τ's
+        // population): under an external fault all of them are hit directly. Threads
+        // that were idle and only picked up work later show it tens of seconds after
+        // the fault; their onsets would inflate α until every thread counts as direct.
+        let mut onsets: Vec<f64> = r
+            .affected_threads
+            .iter()
+            .filter(|a| a.active)
+            .map(|a| a.onset_seconds)
+            .collect();
+        if onsets.is_empty() {
+            onsets = r.affected_threads.iter().map(|a| a.onset_seconds).collect();
+        }
+        // Floors keep the output a valid config (both must be positive).
+        let alpha = onsets.iter().copied().fold(0.0, f64::max).max(0.01);
+        let (_, beta) = crate::stats::mean_std(&onsets);
+        let beta = beta.max(0.01);
         Some(Calibration {
             target: self.name.clone(),
-            alpha_seconds: crate::report::tidy(r.onset_times_seconds.max),
-            beta_seconds: crate::report::tidy(r.onset_dispersion_seconds),
+            alpha_seconds: crate::report::tidy(alpha),
+            beta_seconds: crate::report::tidy(beta),
             affected_threads: r.threads.affected,
             window_start_ns: r.window_start_ns,
             window_end_ns: r.window_end_ns,
@@ -984,6 +1087,9 @@ fn feed(
     }
     let thr = if frequency { &d.freq_th } else { &d.time_th };
     let outlier = detector::is_outlier(ma, &r, thr);
+    if outlier {
+        th.outlying.mark(bin);
+    }
     series.confirm.step(outlier, ts, thr)
 }
 

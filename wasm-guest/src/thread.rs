@@ -237,6 +237,20 @@ impl BinSet {
         }
     }
 
+    /// Bins in `[lo, hi]` marked.
+    pub fn count(&self, lo: u64, hi: u64) -> u32 {
+        let lo = lo.max(self.base);
+        let hi = hi.min(self.base + Self::BINS - 1);
+        (lo..=hi)
+            .filter(|&b| {
+                let off = b - self.base;
+                self.bits
+                    .get((off / 64) as usize)
+                    .is_some_and(|w| w & (1 << (off % 64)) != 0)
+            })
+            .count() as u32
+    }
+
     /// Any bin in `[lo, hi]` marked.
     pub fn any(&self, lo: u64, hi: u64) -> bool {
         let lo = lo.max(self.base);
@@ -404,6 +418,10 @@ pub struct Thread {
     pub calls: CallBins,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
+    /// Bins in which a tested moving average was an outlier: how long an anomaly lasted
+    /// (a fault persists; a checkpoint burst nobody felt does not). Touched only by
+    /// outlier tests, so it sits in the cold part of the record.
+    pub outlying: BinSet,
     /// Most recent episodes, a ring of at most [`EPISODES_PER_THREAD`] (slot
     /// `episode_pos` is written next); grows one at a time since most threads have none.
     pub episodes: Vec<Episode>,
