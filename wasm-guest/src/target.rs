@@ -684,6 +684,18 @@ impl Target {
                 if let Some((e, persistence)) = first(t, t0) {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
+                    // A thread the fault stopped (stuck in one call) cannot be busy after
+                    // T0, yet it is part of the population τ is a share of: without it a
+                    // lock that blocks 4 of 10 backends reads as 2 direct of 2 active.
+                    let stuck = self
+                        .lasting_inflight(t, to)
+                        .is_some_and(|s| s.alarm_ns == e.alarm_ns);
+                    if stuck && !testable && sigma < self.params.alpha_seconds {
+                        active += 1;
+                        if io {
+                            active_io += 1;
+                        }
+                    }
                     findings.push(Finding {
                         onset_seconds: sigma,
                         io,
