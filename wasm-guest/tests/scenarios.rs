@@ -290,3 +290,68 @@ fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasti
     let r = engine.trigger("svc", 41_000_000_000).expect("report");
     assert_ne!(r.verdict, Verdict::None, "{r:#?}");
 }
+
+/// Seven threads alternate `futex` (≈ 40 µs) and `read` (≈ 60 µs) calls ≈ 300 times a
+/// second each; at 40 s, threads 0–3 enter a `futex` that never returns (a lock held by
+/// another session), the other three carry on.
+fn lock_stream() -> Vec<SyscallEvent> {
+    let futex = faultline_engine::SyscallId::from_name("futex");
+    let read = faultline_engine::SyscallId::from_name("read");
+    let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
+    let mut lcg = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        lcg = lcg
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (lcg >> 33) as f64 / (1u64 << 31) as f64
+    };
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..7u64).map(|i| 1_000_000 + i * 100_000).collect();
+    let mut blocked = [false; 7];
+    let mut turn = [0u32; 7];
+    while let Some((i, &at)) = clocks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !blocked[*i])
+        .min_by_key(|(_, &t)| t)
+    {
+        if at >= end {
+            break;
+        }
+        let tid = 200 + i as u32;
+        if i < 4 && at >= block_at {
+            events.push(SyscallEvent::enter(200, tid, futex, at));
+            blocked[i] = true;
+            continue;
+        }
+        let (sc, dur) = if turn[i] % 2 == 0 {
+            (futex, (20_000.0 + 40_000.0 * next()) as u64)
+        } else {
+            (read, (30_000.0 + 60_000.0 * next()) as u64)
+        };
+        turn[i] += 1;
+        events.push(SyscallEvent::complete(200, tid, sc, at, dur));
+        clocks[i] = at + dur + (1_000_000.0 + 1_400_000.0 * next()) as u64;
+    }
+    events
+}
+
+/// Threads blocked by a lock make no calls after it, so they are never "busy" right after
+/// the onset; they still belong to the population τ is a share of. Counting only the busy
+/// ones, 4 stuck threads over 3 busy read as τ = 1 (external).
+#[test]
+fn threads_stuck_on_a_lock_count_in_the_population() {
+    let (_, mut engine) = run_events(&lock_stream());
+    let r = engine.trigger("svc", 55_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    let stuck: Vec<u32> = r
+        .affected_threads
+        .iter()
+        .filter(|a| a.syscall == "futex" && a.persistence == 1.0)
+        .map(|a| a.tid)
+        .collect();
+    assert_eq!(stuck.len(), 4, "{r:#?}");
+    assert!(stuck.iter().all(|t| (200..204).contains(t)));
+    assert_eq!(r.active_threads, 7, "{r:#?}");
+    assert!((r.impact_factor - 4.0 / 7.0).abs() < 1e-9, "{r:#?}");
+}
