@@ -64,11 +64,21 @@ def machine():
 
 def write_results(path, rows, truths, args, versions, otlp):
     live = [t for t in truths if "live" in t]
+    now = datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')
+    if args.evaluate_only:
+        stamps = [os.path.getmtime(os.path.join(args.evaluate_only, t["case_id"], "truth.json")) for t in truths]
+        recorded = datetime.datetime.fromtimestamp(min(stamps), datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC') \
+            if stamps else "?"
+        run_line = (f"Diagnosed: {now} with `run.py --evaluate-only {args.evaluate_only}` (this engine) from cases "
+                    f"recorded from {recorded} on (OTLP replayed again); the live-plugin section is from the recording, i.e. the "
+                    f"engine of that time.")
+    else:
+        run_line = (f"Run: {now} with `python3 integration-tests/realworld/run.py` (normal phase {args.normal:.0f} s, "
+                    f"fault phase {args.fault:.0f} s).")
     lines = [
         "# Real-world verification results",
         "",
-        f"Run: {datetime.datetime.now(datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} with "
-        f"`python3 integration-tests/realworld/run.py` (normal phase {args.normal:.0f} s, fault phase {args.fault:.0f} s).",
+        run_line,
         f"Machine: {machine()}. Versions: {'; '.join(versions)}.",
         "",
         "A case counts when the fault visibly hurt the client (p99 ×2, throughput −20 %, or hung requests): "
