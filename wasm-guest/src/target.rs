@@ -124,24 +124,30 @@ impl Derived {
 struct Pool {
     dur: Baseline,
     ia: Baseline,
-    /// `trained_sd(pool_min_n)` of `dur` and `ia`: their approved epochs change only at
-    /// an epoch boundary, so σ is computed there instead of once per moving average.
-    dur_sd: Option<f32>,
-    ia_sd: Option<f32>,
 }
 
 impl Pool {
-    /// An empty pool, with its cached σ consistent with `min_n`.
-    fn fresh(min_n: f32) -> Self {
+    /// An empty pool, its gates consistent with the parameters.
+    fn fresh(d: &Derived) -> Self {
         let mut p = Self::default();
-        p.refresh_sd(min_n);
+        p.refresh(d);
         p
     }
 
-    /// Recomputes the cached σ (after a rotation or a change of `min_n`).
-    fn refresh_sd(&mut self, min_n: f32) {
-        self.dur_sd = self.dur.trained_sd(min_n);
-        self.ia_sd = self.ia.trained_sd(min_n);
+    /// Re-derives the gates (after a rotation or a change of parameters).
+    fn refresh(&mut self, d: &Derived) {
+        let sigma = d.time_th.sigma;
+        self.dur.refresh(d.pool_min_n, d.min_epochs, sigma);
+        self.ia.refresh(d.pool_min_n, d.min_epochs, sigma);
+    }
+}
+
+/// Re-derives the gates of a thread's own baselines (see [`Baseline::refresh`]).
+fn refresh_thread(t: &mut Thread, d: &Derived) {
+    let sigma = d.time_th.sigma;
+    for ch in &mut t.chans {
+        ch.dur.baseline.refresh(d.min_n, d.min_epochs, sigma);
+        ch.ia.baseline.refresh(d.min_n, d.min_epochs, sigma);
     }
 }
 
@@ -221,7 +227,10 @@ impl Target {
         self.params = params;
         self.bin_cache = EMPTY_BIN;
         for p in &mut self.pools {
-            p.refresh_sd(self.d.pool_min_n);
+            p.refresh(&self.d);
+        }
+        for t in &mut self.threads {
+            refresh_thread(t, &self.d);
         }
         if k_changed {
             for t in &mut self.threads {
@@ -259,6 +268,8 @@ impl Target {
         // threads the hints cost more than they save.
         let prefetch = self.threads.len() >= PREFETCH_MIN_THREADS;
         for (i, ev) in events.iter().enumerate() {
+            // The slot stage 1 found for this event (read before stage 1 reuses the entry).
+            let hint = ahead.get(i % FAR).copied().unwrap_or(u32::MAX);
             if prefetch {
                 // Large batches may come from memory too (a decoded file, a bench).
                 if let Some(e) = events.get(i + 2 * INDEX_AHEAD) {
@@ -293,7 +304,7 @@ impl Target {
                 self.next_tick_ns = (next > tick).then_some(next);
             }
             self.now_ns = self.now_ns.max(ev.ts_ns);
-            self.ingest_one(ev, c);
+            self.ingest_one(ev, hint, c);
         }
         due
     }
@@ -356,11 +367,19 @@ impl Target {
         bin
     }
 
-    fn slot_of(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
+    /// The slot of `tid`'s thread (created or evicting if new). `hint`: a slot found
+    /// for it a few events earlier (`u32::MAX` = none), taken when it still holds `tid`
+    /// (a tid has at most one record, so that is the slot the index would give).
+    fn slot_of(&mut self, tid: u32, ts: u64, hint: u32, c: &mut EngineCounters) -> usize {
         if let Some((t, s)) = self.last_slot {
             if t == tid {
                 return s;
             }
+        }
+        let h = hint as usize;
+        if self.threads.get(h).is_some_and(|t| t.tid == tid) {
+            self.last_slot = Some((tid, h));
+            return h;
         }
         let slot = match self.index.get(tid) {
             Some(s) => s as usize,
@@ -401,8 +420,8 @@ impl Target {
         slot
     }
 
-    fn ingest_one(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) {
-        let slot = self.slot_of(ev.tid, ev.ts_ns, c);
+    fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
+        let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
@@ -444,21 +463,16 @@ impl Target {
             .last_exit_ns
             .max(call.enter_ns.saturating_add(call.duration_ns));
         let k = d.k;
+        // Whether any series was tested (the bins are marked once per call).
+        let mut tested = false;
         // 2. The gap channel (off-CPU / user time between calls).
         if let Some(g) = gap {
             if let Some(ci) = th.chan_index(GAP_KEY, k, d.max_chans) {
-                let r = feed(
-                    th,
-                    &mut self.pools,
-                    ci,
-                    false,
-                    g as f32,
-                    call.enter_ns,
-                    bin,
-                    d,
-                );
-                if let Some(run) = r {
-                    confirmed.get_or_insert((run, GAP_KEY, false));
+                if let Some(r) = feed(th, &mut self.pools, ci, false, g as f32, call.enter_ns, d) {
+                    tested = true;
+                    if let Some(run) = r {
+                        confirmed.get_or_insert((run, GAP_KEY, false));
+                    }
                 }
             }
         }
@@ -473,30 +487,27 @@ impl Target {
                 if let Some(ch) = th.chans.get_mut(ci) {
                     ch.last_enter_ns = call.enter_ns.max(1);
                 }
-                if let Some(run) = feed(
-                    th,
-                    &mut self.pools,
-                    ci,
-                    false,
-                    call.duration_ns as f32,
-                    call.enter_ns,
-                    bin,
-                    d,
-                ) {
-                    confirmed.get_or_insert((run, key, false));
+                let mut key_tested = false;
+                let dur = call.duration_ns as f32;
+                if let Some(r) = feed(th, &mut self.pools, ci, false, dur, call.enter_ns, d) {
+                    key_tested = true;
+                    if let Some(run) = r {
+                        confirmed.get_or_insert((run, key, false));
+                    }
                 }
                 if let Some(x) = ia {
-                    if let Some(run) = feed(
-                        th,
-                        &mut self.pools,
-                        ci,
-                        true,
-                        -(x as f32),
-                        call.enter_ns,
-                        bin,
-                        d,
-                    ) {
-                        confirmed.get_or_insert((run, key, true));
+                    let x = -(x as f32);
+                    if let Some(r) = feed(th, &mut self.pools, ci, true, x, call.enter_ns, d) {
+                        key_tested = true;
+                        if let Some(run) = r {
+                            confirmed.get_or_insert((run, key, true));
+                        }
+                    }
+                }
+                if key_tested {
+                    tested = true;
+                    if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
+                        th.tested_io.mark(bin);
                     }
                 }
             }
@@ -521,6 +532,9 @@ impl Target {
                     *word |= 1 << b;
                 }
             }
+        }
+        if tested {
+            th.tested.mark(bin);
         }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
@@ -571,11 +585,14 @@ impl Target {
         // the same epoch mean the target may be anomalous: nobody learns from it.
         let target_clean = (self.dirty_threads as usize) < 2;
         let max_n = self.d.max_n;
+        let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in &mut self.threads {
             let clean = target_clean && !t.dirty;
             for ch in &mut t.chans {
                 ch.dur.baseline.rotate(clean, max_n);
+                ch.dur.baseline.refresh(min_n, min_epochs, sigma);
                 ch.ia.baseline.rotate(clean, max_n);
+                ch.ia.baseline.refresh(min_n, min_epochs, sigma);
             }
             t.dirty = false;
         }
@@ -587,7 +604,7 @@ impl Target {
         for p in &mut self.pools {
             p.dur.rotate(clean, max_n * 16.0);
             p.ia.rotate(clean, max_n * 16.0);
-            p.refresh_sd(self.d.pool_min_n);
+            p.refresh(&self.d);
         }
         let epochs = self.activity_events.len().max(1);
         self.epoch_slot = (self.epoch_slot + 1) % epochs;
@@ -942,9 +959,16 @@ fn pool_index(key: u16) -> usize {
     }
 }
 
-/// Pushes one value into channel `ci`'s series, learns, tests; returns the run start of
-/// a confirmed outlier.
-#[allow(clippy::too_many_arguments)]
+/// Pushes one value into channel `ci`'s series, learns, tests. `None`: nothing was
+/// tested (no moving average yet, or no usable baseline); else whether an outlier was
+/// confirmed, with its run start.
+///
+/// The approved baselines change only at epoch boundaries, so their consequences are
+/// precomputed there (see [`Baseline::refresh`]): per moving average this is two gated
+/// Welford steps and a comparison; the full test runs only above the gate, and the
+/// confirmation state only when it can change. Inlined into its three call sites: as
+/// a call, its prologue and epilogue were a tenth of its instructions.
+#[inline(always)]
 fn feed(
     th: &mut Thread,
     pools: &mut Vec<Pool>,
@@ -952,9 +976,8 @@ fn feed(
     frequency: bool,
     x: f32,
     ts: u64,
-    bin: u64,
     d: &Derived,
-) -> Option<u64> {
+) -> Option<Option<u64>> {
     let k = d.k;
     let base = ci * 2 * k + if frequency { k } else { 0 };
     let ring = th.rings.get_mut(base..base + k)?;
@@ -964,27 +987,43 @@ fn feed(
     let ma = series.push(ring, x)?;
     let pi = pool_index(key);
     if pools.len() <= pi {
-        pools.resize(pi + 1, Pool::fresh(d.pool_min_n));
+        pools.resize(pi + 1, Pool::fresh(d));
     }
     let pool = pools.get_mut(pi)?;
-    let (pool_b, pool_sd) = if frequency {
-        (&mut pool.ia, pool.ia_sd)
+    let pool_b = if frequency {
+        &mut pool.ia
     } else {
-        (&mut pool.dur, pool.dur_sd)
+        &mut pool.dur
     };
-    let own_sd = series.baseline.trained_sd(d.min_n);
-    let own = series.baseline.usable_with(own_sd, d.min_epochs);
-    let reference = own.or_else(|| pool_b.usable_with(pool_sd, d.min_epochs));
-    series.baseline.learn_with(ma, own_sd);
-    pool_b.learn_with(ma, pool_sd);
-    let r = reference?;
-    th.tested.mark(bin);
-    if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
-        th.tested_io.mark(bin);
+    // The reference: the thread's own baseline when usable, else the pooled one.
+    let own = series.baseline.gate_usable();
+    let tested = own || pool_b.gate_usable();
+    let may = if own {
+        series.baseline.may_exceed(ma)
+    } else {
+        pool_b.may_exceed(ma)
+    };
+    series.baseline.learn_gated(ma);
+    pool_b.learn_gated(ma);
+    if !tested {
+        return None;
     }
     let thr = if frequency { &d.freq_th } else { &d.time_th };
-    let outlier = detector::is_outlier(ma, &r, thr);
-    series.confirm.step(outlier, ts, thr)
+    // Learning touched only the current epochs, so the reference is as it was before.
+    let outlier = may && {
+        let r = if own {
+            series.baseline.usable(d.min_n, d.min_epochs)
+        } else {
+            pool_b.usable(d.pool_min_n, d.min_epochs)
+        };
+        r.is_some_and(|r| detector::is_outlier(ma, &r, thr))
+    };
+    if !outlier && !series.run {
+        // Outside a run a non-outlier leaves the confirmation state as it is.
+        return Some(None);
+    }
+    series.run = outlier;
+    Some(series.confirm.step(outlier, ts, thr))
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).

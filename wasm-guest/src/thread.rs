@@ -79,6 +79,10 @@ pub const EPISODE_TOP: usize = 6;
 pub struct Series {
     pub len: u8,
     pub pos: u8,
+    /// Mirrors the confirmation state's "inside an exceedance run": while it is false a
+    /// non-outlier average leaves [`Confirm`] unchanged, so its (cold) bytes are not
+    /// touched at all.
+    pub run: bool,
     pub sum: f32,
     pub baseline: Baseline,
     pub confirm: Confirm,
@@ -122,6 +126,7 @@ impl Series {
         self.len = 0;
         self.pos = 0;
         self.sum = 0.0;
+        self.run = false;
         self.confirm.reset();
     }
 
@@ -150,11 +155,15 @@ pub struct Chan {
     pub ia: Series,
 }
 
-/// Bytes of a [`Chan`] a call of its syscall touches: all of it (both series are fed
-/// and tested, and a tested series steps its confirmation state at the end).
-const CHAN_HOT_BYTES: usize = std::mem::size_of::<Chan>();
-/// Leading bytes of the gap channel a call touches (its inter-arrival half is unused).
-const GAP_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
+/// Leading bytes of a [`Series`] a moving average touches: the ring state and the hot
+/// half of the baseline (the approved and pending epochs and the confirmation state
+/// are read only on a possible outlier, at epoch boundaries and by evaluations).
+const SERIES_HOT_BYTES: usize =
+    std::mem::offset_of!(Series, baseline) + crate::detector::BASELINE_HOT_BYTES;
+/// Leading bytes of a [`Chan`] a call touches up to and including its execution-time
+/// series (all the gap channel's call touches; a syscall's call also touches the
+/// inter-arrival series' hot bytes).
+const CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, dur) + SERIES_HOT_BYTES;
 
 impl Chan {
     /// Starts generation `unit`: the moving averages restart, the baselines stay.
@@ -473,6 +482,7 @@ impl Thread {
         if let Some(ci) = self.find_chan(key) {
             if let Some(c) = self.chans.get(ci) {
                 crate::prefetch::bytes(c, CHAN_HOT_BYTES);
+                crate::prefetch::bytes(&c.ia, SERIES_HOT_BYTES);
             }
             if let Some(r) = self.rings.get(ci * 2 * k..(ci + 1) * 2 * k) {
                 crate::prefetch::slice(r);
@@ -480,7 +490,7 @@ impl Thread {
         }
         if let Some(gi) = self.find_chan(GAP_KEY) {
             if let Some(c) = self.chans.get(gi) {
-                crate::prefetch::bytes(c, GAP_HOT_BYTES);
+                crate::prefetch::bytes(c, CHAN_HOT_BYTES);
             }
             if let Some(r) = self.rings.get(gi * 2 * k..gi * 2 * k + k) {
                 crate::prefetch::slice(r);
