@@ -220,12 +220,14 @@ impl Baseline {
 
     /// [`Baseline::learn`] with the bounds of the last [`Baseline::refresh`]: the same
     /// result without recomputing σ.
-    #[inline]
+    #[inline(always)]
     pub fn learn_gated(&mut self, x: f32) {
         if !x.is_finite() {
             return;
         }
-        if self.learn.hi < x || self.learn.hi.is_nan() {
+        // `learn.hi` is only ever −∞ or a finite sample (never NaN, unlike in
+        // `learn_with`, which guards against it), so a plain comparison suffices.
+        if self.learn.hi < x {
             self.learn.hi = x;
         }
         let g = &self.gate;
@@ -236,7 +238,9 @@ impl Baseline {
         } else {
             x
         };
-        self.learn.w.push(w);
+        // `w` is finite: `x` is, and a bound replaces it only when it is a finite bound
+        // beyond `x` (NaN and infinite bounds never compare so).
+        self.learn.w.push_finite(w);
     }
 
     /// Epoch boundary: approve the previous epoch if this one was clean, else drop both.

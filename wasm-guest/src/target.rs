@@ -350,7 +350,15 @@ impl Target {
                 None => return,
             },
         };
-        th.prefetch_call(key, enter / self.d.bin_ns, self.d.k);
+        // The bin from the last call's cache: a 64-bit division per event costs more than
+        // the hint saves (off by a bin at a boundary only moves the counter's hint).
+        let (lo, hi, bin) = self.bin_cache;
+        let bin = if enter >= lo && enter < hi {
+            bin
+        } else {
+            bin.wrapping_add(1)
+        };
+        th.prefetch_call(key, bin, self.d.k);
     }
 
     /// `ns / bin_ns`, without the 64-bit division when `ns` falls in the same bin as
@@ -950,13 +958,12 @@ impl Target {
     }
 }
 
-/// Pool index of a channel key.
+/// Pool index of a channel key: the syscall id + 1, and 0 for [`GAP_KEY`] (`u16::MAX`,
+/// which wraps to 0; branch-free, as this runs per moving average).
+#[inline(always)]
 fn pool_index(key: u16) -> usize {
-    if key == GAP_KEY {
-        0
-    } else {
-        key as usize + 1
-    }
+    const _: () = assert!(GAP_KEY == u16::MAX);
+    usize::from(key.wrapping_add(1))
 }
 
 /// Pushes one value into channel `ci`'s series, learns, tests. `None`: nothing was

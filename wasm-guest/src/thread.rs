@@ -90,35 +90,36 @@ pub struct Series {
 
 impl Series {
     /// Pushes `x` into `ring` (length k) and returns the moving average once full.
+    #[inline(always)]
     pub fn push(&mut self, ring: &mut [f32], x: f32) -> Option<f32> {
         let k = ring.len();
-        if k == 0 {
-            return None;
-        }
-        // Compare instead of `%`: an integer division per push was measurable.
         let mut pos = self.pos as usize;
         if pos >= k {
+            // Only after a change of k (and for k = 0): `%` is an integer division.
+            if k == 0 {
+                return None;
+            }
             pos %= k;
         }
+        let slot = ring.get_mut(pos)?;
         if (self.len as usize) < k {
             self.len += 1;
-        } else if let Some(old) = ring.get(pos) {
-            self.sum -= *old;
+        } else {
+            self.sum -= *slot;
         }
-        if let Some(slot) = ring.get_mut(pos) {
-            *slot = x;
-        }
+        *slot = x;
         self.sum += x;
-        self.pos = if pos + 1 >= k { 0 } else { (pos + 1) as u8 };
-        if (self.len as usize) >= k {
-            // Recompute exactly every wrap to stop f32 drift.
-            if self.pos == 0 {
+        let full = self.len as usize >= k;
+        if pos + 1 < k {
+            self.pos = (pos + 1) as u8;
+        } else {
+            self.pos = 0;
+            if full {
+                // Recompute exactly every wrap to stop f32 drift.
                 self.sum = ring.iter().sum();
             }
-            Some(self.sum / k as f32)
-        } else {
-            None
         }
+        full.then(|| self.sum / k as f32)
     }
 
     /// Starts a new execution unit: the moving average restarts, the baseline stays.
