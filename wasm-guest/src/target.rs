@@ -39,7 +39,7 @@ use crate::report::{
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
-use crate::thread::{BinSet, Episode, Increase, Thread, EPISODE_TOP, GAP_KEY};
+use crate::thread::{BinSet, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY};
 use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
@@ -474,9 +474,12 @@ impl Target {
         // Whether any series was tested (the bins are marked once per call).
         let mut tested = false;
         // 2. The gap channel (off-CPU / user time between calls).
+        let ts = call.enter_ns;
         if let Some(g) = gap {
-            if let Some(ci) = th.chan_index(GAP_KEY, k, d.max_chans) {
-                if let Some(r) = feed(th, &mut self.pools, ci, false, g as f32, call.enter_ns, d) {
+            let ci = th.chan_index(GAP_KEY, k, d.max_chans);
+            if let Some((ch, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+                let x = g as f32;
+                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d) {
                     tested = true;
                     if let Some(run) = r {
                         confirmed.get_or_insert((run, GAP_KEY, false));
@@ -488,27 +491,27 @@ impl Target {
         let key = call.syscall.0;
         match th.chan_index(key, k, d.max_chans) {
             Some(ci) => {
-                let ia = th.chans.get(ci).and_then(|ch| {
-                    (ch.last_enter_ns != 0 && call.enter_ns >= ch.last_enter_ns)
-                        .then(|| call.enter_ns - ch.last_enter_ns)
-                });
-                if let Some(ch) = th.chans.get_mut(ci) {
-                    ch.last_enter_ns = call.enter_ns.max(1);
-                }
                 let mut key_tested = false;
-                let dur = call.duration_ns as f32;
-                if let Some(r) = feed(th, &mut self.pools, ci, false, dur, call.enter_ns, d) {
-                    key_tested = true;
-                    if let Some(run) = r {
-                        confirmed.get_or_insert((run, key, false));
-                    }
-                }
-                if let Some(x) = ia {
-                    let x = -(x as f32);
-                    if let Some(r) = feed(th, &mut self.pools, ci, true, x, call.enter_ns, d) {
+                // (The rings always match the channels, so the parts are always there.)
+                if let Some((ch, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
+                    let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
+                        .then(|| ts - ch.last_enter_ns);
+                    ch.last_enter_ns = ts.max(1);
+                    let pools = &mut self.pools;
+                    let x = call.duration_ns as f32;
+                    if let Some(r) = feed(&mut ch.dur, ring_dur, key, pools, false, x, ts, d) {
                         key_tested = true;
                         if let Some(run) = r {
-                            confirmed.get_or_insert((run, key, true));
+                            confirmed.get_or_insert((run, key, false));
+                        }
+                    }
+                    if let Some(x) = ia {
+                        let x = -(x as f32);
+                        if let Some(r) = feed(&mut ch.ia, ring_ia, key, pools, true, x, ts, d) {
+                            key_tested = true;
+                            if let Some(run) = r {
+                                confirmed.get_or_insert((run, key, true));
+                            }
                         }
                     }
                 }
@@ -966,9 +969,19 @@ fn pool_index(key: u16) -> usize {
     usize::from(key.wrapping_add(1))
 }
 
-/// Pushes one value into channel `ci`'s series, learns, tests. `None`: nothing was
-/// tested (no moving average yet, or no usable baseline); else whether an outlier was
-/// confirmed, with its run start.
+/// Channel `ci`'s record and its two rings (execution time, inter-arrival), looked up
+/// once per call instead of once per series.
+#[inline(always)]
+fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [f32], &mut [f32])> {
+    let base = ci * 2 * k;
+    let rings = th.rings.get_mut(base..base + 2 * k)?;
+    let (dur, ia) = rings.split_at_mut_checked(k)?;
+    Some((th.chans.get_mut(ci)?, dur, ia))
+}
+
+/// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
+/// `None`: nothing was tested (no moving average yet, or no usable baseline); else
+/// whether an outlier was confirmed, with its run start.
 ///
 /// The approved baselines change only at epoch boundaries, so their consequences are
 /// precomputed there (see [`Baseline::refresh`]): per moving average this is two gated
@@ -976,21 +989,17 @@ fn pool_index(key: u16) -> usize {
 /// confirmation state only when it can change. Inlined into its three call sites: as
 /// a call, its prologue and epilogue were a tenth of its instructions.
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 fn feed(
-    th: &mut Thread,
+    series: &mut Series,
+    ring: &mut [f32],
+    key: u16,
     pools: &mut Vec<Pool>,
-    ci: usize,
     frequency: bool,
     x: f32,
     ts: u64,
     d: &Derived,
 ) -> Option<Option<u64>> {
-    let k = d.k;
-    let base = ci * 2 * k + if frequency { k } else { 0 };
-    let ring = th.rings.get_mut(base..base + k)?;
-    let ch = th.chans.get_mut(ci)?;
-    let key = ch.key;
-    let series = if frequency { &mut ch.ia } else { &mut ch.dur };
     let ma = series.push(ring, x)?;
     let pi = pool_index(key);
     if pools.len() <= pi {
