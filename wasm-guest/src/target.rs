@@ -479,7 +479,8 @@ impl Target {
             let ci = th.chan_index(GAP_KEY, k, d.max_chans);
             if let Some((ch, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
                 let x = g as f32;
-                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d) {
+                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d)
+                {
                     tested = true;
                     if let Some(run) = r {
                         confirmed.get_or_insert((run, GAP_KEY, false));

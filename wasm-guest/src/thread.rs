@@ -398,6 +398,9 @@ pub struct Thread {
     pub episode_pos: u8,
     /// Generation of the current execution unit (see [`Chan::unit`]).
     pub unit: u16,
+    /// Index + 1 of the gap channel (0 = none yet): looked up twice per call, and a
+    /// field read is cheaper than the key scan (it fills padding, the record does not grow).
+    gap_chan: u16,
     pub pairer: Pairer,
     /// Keys of the first [`INLINE_KEYS`] channels, parallel to `chans`: the per-call
     /// lookup scans 2 bytes per channel in the thread's own cache lines instead of whole
@@ -453,6 +456,10 @@ impl Thread {
     /// Index of `key`'s channel, if the thread has one.
     #[inline]
     pub fn find_chan(&self, key: u16) -> Option<usize> {
+        if key == GAP_KEY {
+            // Folds away where the key is the constant (the gap lookups).
+            return usize::from(self.gap_chan).checked_sub(1);
+        }
         let n = self.chans.len();
         // All inline keys compared at once; keys past `n` are masked off. Called up to
         // four times per call, a scalar scan was ~15 % of the ingest instructions.
@@ -489,7 +496,7 @@ impl Thread {
                 crate::prefetch::slice(r);
             }
         }
-        if let Some(gi) = self.find_chan(GAP_KEY) {
+        if let Some(gi) = usize::from(self.gap_chan).checked_sub(1) {
             if let Some(c) = self.chans.get(gi) {
                 crate::prefetch::bytes(c, CHAN_HOT_BYTES);
             }
@@ -517,6 +524,10 @@ impl Thread {
             ..Chan::default()
         });
         let i = self.chans.len() - 1;
+        if key == GAP_KEY {
+            // `i` < cap ≤ 1024 (validated), so `i + 1` fits.
+            self.gap_chan = u16::try_from(i + 1).unwrap_or(0);
+        }
         match self.keys.get_mut(i) {
             Some(slot) => *slot = key,
             None => {
