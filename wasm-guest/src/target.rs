@@ -2,17 +2,21 @@
 //!
 //! Hot path ([`Target::ingest`]): per event one thread lookup (a flat tid index, cached
 //! across runs of the same tid), pairing, unit split, and at most three ring pushes and
-//! confirmation steps (gap, execution time, inter-arrival). No allocation per event:
+//! confirmation steps (gap, execution time, inter-arrival). Per moving average the
+//! baselines cost comparisons and Welford steps only: what an approved epoch implies
+//! (winsorizing bounds, a lower bound of the outlier test) is derived at the epoch
+//! boundary ([`Baseline::refresh`]), and the full test and the confirmation state are
+//! touched only above that bound or inside a run. No allocation per event:
 //! vectors grow only when a new thread or a new syscall of a thread appears. With many
 //! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
 //! thread record, then the channels the call will touch) so cache misses overlap; a
 //! unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (832 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` (212 B) + 8·k bytes) + episodes
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` (244 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.8 +
-//! 16 × 0.25) KiB ≈ 48 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are

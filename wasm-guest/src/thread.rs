@@ -2,7 +2,7 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 212 bytes + 8·k) plus
+//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 244 bytes + 8·k) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
 //! a 256-bin call counter and two 256-bin bitmaps (the 832-byte [`Thread`] record);
 //! see [`Thread::bytes`].
@@ -10,7 +10,10 @@
 //! Layout is chosen for the ingest hot path at thousands of threads, where every event
 //! lands on a thread whose state is out of cache: the fields a call touches are packed
 //! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
-//! record, and the confirmation state and pending epoch sit at the end of each series.
+//! record, and each series starts with what a moving average touches (ring state, the
+//! current epoch and the precomputed gate of its baseline, 44 bytes) while the approved
+//! and pending epochs and the confirmation state, read only on a possible outlier or at
+//! an epoch boundary, come after it; only the touched spans are prefetched.
 
 use crate::detector::{Baseline, Confirm};
 use crate::pairing::Pairer;
