@@ -43,7 +43,7 @@ use crate::report::{
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
-use crate::thread::{BinSet, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY};
+use crate::thread::{BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY};
 use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
@@ -58,7 +58,7 @@ const FAR: usize = 8;
 const NEAR: usize = 4;
 
 /// Leading bytes of a [`Thread`] that every call touches (see its field order).
-const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + 8;
+const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + CallBins::HOT_BYTES;
 
 /// How the anomaly onset T0 of an evaluation is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -345,24 +345,16 @@ impl Target {
         let Some(th) = self.threads.get(slot as usize).filter(|t| t.tid == ev.tid) else {
             return;
         };
-        let (key, enter) = match ev.kind {
+        let key = match ev.kind {
             EventKind::Enter => return,
-            EventKind::Complete => (ev.syscall.0, ev.ts_ns),
+            EventKind::Complete => ev.syscall.0,
             EventKind::Exit => match th.pairer.pending {
-                Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
-                Some(p) => (ev.syscall.0, p.enter_ns),
+                Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
+                Some(_) => ev.syscall.0,
                 None => return,
             },
         };
-        // The bin from the last call's cache: a 64-bit division per event costs more than
-        // the hint saves (off by a bin at a boundary only moves the counter's hint).
-        let (lo, hi, bin) = self.bin_cache;
-        let bin = if enter >= lo && enter < hi {
-            bin
-        } else {
-            bin.wrapping_add(1)
-        };
-        th.prefetch_call(key, bin, self.d.k);
+        th.prefetch_call(key, self.d.k);
     }
 
     /// `ns / bin_ns`, without the 64-bit division when `ns` falls in the same bin as

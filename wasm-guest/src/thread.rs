@@ -324,10 +324,16 @@ impl BinSet {
 
 /// Calls per bin over the last 256 bins: how busy a thread was right after the onset
 /// (τ's "active" threads), in constant memory.
+///
+/// Calls in the latest bin are counted in `pending` (next to `latest`, in the thread's
+/// hot bytes) and folded into `counts` when a later bin starts: consecutive calls of a
+/// thread almost always share a bin, so a call does not touch the 512-byte array.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct CallBins {
     latest: u64,
+    /// Calls in bin `latest` not yet in `counts` (saturating, like the counts).
+    pending: u16,
     counts: [u16; 256],
 }
 
@@ -335,6 +341,7 @@ impl Default for CallBins {
     fn default() -> Self {
         Self {
             latest: 0,
+            pending: 0,
             counts: [0; 256],
         }
     }
@@ -342,9 +349,28 @@ impl Default for CallBins {
 
 impl CallBins {
     const N: u64 = 256;
+    /// Leading bytes a call touches (`latest` and `pending`).
+    pub const HOT_BYTES: usize = std::mem::offset_of!(CallBins, counts);
 
+    #[inline]
     pub fn add(&mut self, bin: u64) {
+        if bin == self.latest {
+            // `c.saturating_add(n)` equals n saturating increments, and `pending` saturates
+            // only when the sum does too.
+            self.pending = self.pending.saturating_add(1);
+            return;
+        }
+        self.add_other(bin);
+    }
+
+    /// [`CallBins::add`] for a bin other than the latest.
+    #[cold]
+    fn add_other(&mut self, bin: u64) {
         if bin > self.latest {
+            let pending = std::mem::take(&mut self.pending);
+            if let Some(c) = self.counts.get_mut((self.latest % Self::N) as usize) {
+                *c = c.saturating_add(pending);
+            }
             let clear = (bin - self.latest).min(Self::N);
             for i in 0..clear {
                 let b = bin - i;
@@ -361,15 +387,6 @@ impl CallBins {
         }
     }
 
-    /// Bin `bin`'s counter (for prefetching).
-    #[inline]
-    pub fn slot(&self, bin: u64) -> &u16 {
-        // `% N` keeps the index in range; the fallback is never taken.
-        self.counts
-            .get((bin % Self::N) as usize)
-            .unwrap_or(&self.counts[0])
-    }
-
     /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
         let hi = hi.min(self.latest);
@@ -379,10 +396,17 @@ impl CallBins {
         }
         (lo..=hi)
             .map(|b| {
-                self.counts
+                let c = self
+                    .counts
                     .get((b % Self::N) as usize)
                     .copied()
-                    .unwrap_or(0) as u64
+                    .unwrap_or(0);
+                let c = if b == self.latest {
+                    c.saturating_add(self.pending)
+                } else {
+                    c
+                };
+                c as u64
             })
             .sum()
     }
@@ -423,10 +447,11 @@ pub struct Thread {
     pub rings: Vec<f32>,
     /// Bins in which any channel was tested.
     pub tested: BinSet,
-    /// Bins in which a disk/network I/O channel was tested (filtering mode).
-    pub tested_io: BinSet,
-    /// Calls per bin (its `latest` field ends the per-call part of the record).
+    /// Calls per bin (its [`CallBins::HOT_BYTES`] end the per-call part of the record).
     pub calls: CallBins,
+    /// Bins in which a disk/network I/O channel was tested (filtering mode; only I/O
+    /// calls touch it, so it is outside the per-call part).
+    pub tested_io: BinSet,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
     /// Most recent episodes, a ring of at most [`EPISODES_PER_THREAD`] (slot
@@ -494,11 +519,10 @@ impl Thread {
             .map(|i| i + INLINE_KEYS)
     }
 
-    /// Prefetches what the next call of `key` (entered in activity bin `bin`) will touch:
-    /// its channel and ring, the gap channel and the bin counter.
+    /// Prefetches what the next call of `key` will touch: its channel and rings, and the
+    /// gap channel and its ring.
     #[inline]
-    pub fn prefetch_call(&self, key: u16, bin: u64, k: usize) {
-        crate::prefetch::line(self.calls.slot(bin));
+    pub fn prefetch_call(&self, key: u16, k: usize) {
         if let Some(ci) = self.find_chan(key) {
             if let Some(c) = self.chans.get(ci) {
                 crate::prefetch::bytes(c, CHAN_HOT_BYTES);
@@ -654,6 +678,17 @@ mod tests {
         assert_eq!(c.sum(0, 300), 2);
         c.add(5); // too old: ignored
         assert_eq!(c.sum(0, 300), 2);
+    }
+
+    #[test]
+    fn call_bins_pending_calls_count_and_saturate_like_the_array() {
+        let mut c = CallBins::default();
+        (0..3).for_each(|_| c.add(0)); // bin 0 = the initial `latest`
+        (0..70_000).for_each(|_| c.add(7));
+        assert_eq!((c.sum(0, 0), c.sum(7, 7)), (3, u64::from(u16::MAX)));
+        c.add(9); // folds bin 7's pending calls into the array
+        c.add(7); // an older bin: counted directly, saturated
+        assert_eq!((c.sum(7, 7), c.sum(8, 9), c.sum(0, 9)), (65_535, 1, 65_539));
     }
 
     #[test]
