@@ -315,7 +315,7 @@ impl Target {
 
     /// Stage 1 of the prefetch: finds event `j`'s thread (read-only; new threads are
     /// skipped) and prefetches its hot fields; remembers the slot for stage 2.
-    #[inline]
+    #[inline(always)]
     fn prefetch_thread(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &mut [u32; FAR]) {
         let Some(ev) = ev else {
             return;
@@ -333,7 +333,9 @@ impl Target {
     }
 
     /// Stage 2 of the prefetch: the call event `j` completes (its thread is cached by now).
-    #[inline]
+    /// Both stages are always inlined: in the WASM guest each call would also cost an
+    /// epoch-deadline check, per event.
+    #[inline(always)]
     fn prefetch_call(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &[u32; FAR]) {
         let Some(ev) = ev else {
             return;

@@ -521,7 +521,8 @@ impl Thread {
 
     /// Prefetches what the next call of `key` will touch: its channel and rings, and the
     /// gap channel and its ring.
-    #[inline]
+    // Always inlined: in the WASM guest a call per event also costs an epoch check.
+    #[inline(always)]
     pub fn prefetch_call(&self, key: u16, k: usize) {
         if let Some(ci) = self.find_chan(key) {
             if let Some(c) = self.chans.get(ci) {
