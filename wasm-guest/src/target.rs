@@ -43,7 +43,9 @@ use crate::report::{
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
-use crate::thread::{BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY};
+use crate::thread::{
+    BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY,
+};
 use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
@@ -290,27 +292,37 @@ impl Target {
                 self.next_tick_ns = Some(ev.ts_ns.saturating_add(self.d.cadence_ns));
             }
             // Cadence in event time: ticks strictly before this event are evaluated first.
-            while let Some(mut tick) = self.next_tick_ns {
-                if ev.ts_ns < tick {
-                    break;
-                }
-                // After a long silence, report at most one window's worth of ticks:
-                // older ticks would describe windows with no data at all.
-                let keep = self.activity_events.len() as u64 + 1;
-                let missed = (ev.ts_ns - tick) / self.d.cadence_ns;
-                if missed > keep {
-                    tick = tick.saturating_add((missed - keep) * self.d.cadence_ns);
-                }
-                self.now_ns = self.now_ns.max(tick);
-                due.push(self.tick(tick, c));
-                let next = tick.saturating_add(self.d.cadence_ns);
-                // At the end of the clock's range there is no next tick.
-                self.next_tick_ns = (next > tick).then_some(next);
+            // (Tested here, looped in `ticks_before`: no inner loop per event, which in the
+            // WASM guest would be an epoch check per event.)
+            if self.next_tick_ns.is_some_and(|t| ev.ts_ns >= t) {
+                self.ticks_before(ev.ts_ns, &mut due, c);
             }
             self.now_ns = self.now_ns.max(ev.ts_ns);
             self.ingest_one(ev, hint, c);
         }
         due
+    }
+
+    /// Evaluates the cadence ticks at or before `ts` (an event's time), in order.
+    #[cold]
+    fn ticks_before(&mut self, ts: u64, due: &mut Vec<Report>, c: &EngineCounters) {
+        while let Some(mut tick) = self.next_tick_ns {
+            if ts < tick {
+                break;
+            }
+            // After a long silence, report at most one window's worth of ticks:
+            // older ticks would describe windows with no data at all.
+            let keep = self.activity_events.len() as u64 + 1;
+            let missed = (ts - tick) / self.d.cadence_ns;
+            if missed > keep {
+                tick = tick.saturating_add((missed - keep) * self.d.cadence_ns);
+            }
+            self.now_ns = self.now_ns.max(tick);
+            due.push(self.tick(tick, c));
+            let next = tick.saturating_add(self.d.cadence_ns);
+            // At the end of the clock's range there is no next tick.
+            self.next_tick_ns = (next > tick).then_some(next);
+        }
     }
 
     /// Stage 1 of the prefetch: finds event `j`'s thread (read-only; new threads are
