@@ -13,10 +13,10 @@
 //! unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (832 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` (256 B) + 8·k bytes) + episodes
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` (244 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.8 +
-//! 16 × 0.29) KiB ≈ 54 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are

@@ -2,7 +2,7 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 256 bytes + 8·k) plus
+//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 244 bytes + 8·k) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
 //! a 256-bin call counter and two 256-bin bitmaps (the 832-byte [`Thread`] record);
 //! see [`Thread::bytes`].
@@ -31,13 +31,6 @@ pub const EPISODES_PER_THREAD: usize = 8;
 pub const INLINE_KEYS: usize = 16;
 
 const _: () = assert!(INLINE_KEYS == 16, "key_hits compares exactly 16 keys");
-// The layout the channel prefetch relies on (see [`Chan`]): each series' hot bytes
-// within one cache line.
-const _: () = assert!(
-    std::mem::size_of::<Chan>() == 256
-        && std::mem::offset_of!(Chan, dur) + SERIES_HOT_BYTES <= 64
-        && std::mem::offset_of!(Chan, ia) % 64 + SERIES_HOT_BYTES <= 64
-);
 
 /// Bit `i` set when `keys[i] == key`: two SIMD compares and a mask instead of a loop.
 #[inline]
@@ -149,12 +142,10 @@ impl Series {
 
 /// One syscall type (or the gap) of one thread.
 ///
-/// Aligned to cache lines, 256 bytes: each series' hot bytes ([`SERIES_HOT_BYTES`])
-/// then sit in one line (bytes 16..60 and 132..176), so a call touches 2 lines of its
-/// syscall's channel and 1 of the gap channel instead of 3–5 at random offsets. That
-/// costs 12 bytes per channel over a 4-byte packing (≈ 5 % of the state).
+/// Packed to 4-byte alignment (the entry time is the only 8-byte field): with up to
+/// `max_syscalls_per_thread` of these per thread they are most of the engine's state.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(64))]
+#[repr(C, packed(4))]
 pub struct Chan {
     pub key: u16,
     /// The thread's unit generation this channel's moving averages belong to; when it
