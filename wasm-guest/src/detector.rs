@@ -74,18 +74,54 @@ impl Default for Epoch {
     }
 }
 
-/// The three epochs of one baseline (see the module docs).
+/// The three epochs of one baseline (see the module docs), plus what the approved
+/// epoch implies for the next moving averages ([`Gate`]).
 ///
-/// `repr(C)`: what every moving average reads or writes (`learn`, `base`, `epochs`)
-/// comes first and `prev`, touched once per epoch, last, so learning costs one line.
+/// `repr(C)`: what every moving average reads or writes (`learn`, the gate) comes first
+/// (32 bytes, one line); `base` and `prev`, read only on a possible outlier and at epoch
+/// boundaries, last.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 pub struct Baseline {
     pub learn: Epoch,
-    pub base: Epoch,
+    gate: Gate,
     /// Approved epochs folded into `base`.
     pub epochs: u16,
+    pub base: Epoch,
     pub prev: Epoch,
+}
+
+/// Leading bytes of a [`Baseline`] that a moving average reads or writes (what to
+/// prefetch).
+pub const BASELINE_HOT_BYTES: usize = std::mem::offset_of!(Baseline, base);
+
+/// The approved epoch's consequences, derived once per epoch ([`Baseline::refresh`])
+/// instead of once per moving average: the winsorizing bounds and a lower bound of the
+/// outlier test, so the per-average work is comparisons plus one Welford step (the
+/// σ behind them costs a division and a square root).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct Gate {
+    /// `base` mean ∓ 4σ once trained (else ∓∞: nothing is winsorized).
+    lo: f32,
+    hi: f32,
+    /// Moving averages at or below this are not outliers: max(mean + Θσ, the reference
+    /// maximum), both of which an outlier must exceed ([`is_outlier`]).
+    reject: f32,
+    /// The baseline is usable for testing ([`Baseline::usable`] is `Some`).
+    usable: bool,
+}
+
+impl Default for Gate {
+    /// The gate of an empty baseline (never trained nor usable: `min_n`, `min_epochs` ≥ 1).
+    fn default() -> Self {
+        Self {
+            lo: f32::NEG_INFINITY,
+            hi: f32::INFINITY,
+            reject: f32::INFINITY,
+            usable: false,
+        }
+    }
 }
 
 /// What a usable baseline says.
@@ -141,7 +177,74 @@ impl Baseline {
         self.learn.w.push(w);
     }
 
+    /// Re-derives the gate from the approved epoch; needed after anything that changes
+    /// `base`/`epochs` ([`Baseline::rotate`]) or the parameters the gate depends on.
+    pub fn refresh(&mut self, min_n: f32, min_epochs: u16, sigma: f32) {
+        let sd = self.trained_sd(min_n);
+        let (lo, hi) = match sd {
+            // The same expressions as `learn_with`, so the bounds are bit-identical.
+            Some(sd) => (self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd),
+            None => (f32::NEG_INFINITY, f32::INFINITY),
+        };
+        let (usable, reject) = match self.usable_with(sd, min_epochs) {
+            Some(r) => {
+                let over = r.mean + sigma * r.sd;
+                // Comparison, not `f32::max` (a libm call on wasm32). A NaN side only
+                // lowers the bound, so the gate never rejects an average the full test
+                // would accept.
+                (true, if over > r.hi { over } else { r.hi })
+            }
+            None => (false, f32::INFINITY),
+        };
+        self.gate = Gate {
+            lo,
+            hi,
+            reject,
+            usable,
+        };
+    }
+
+    /// Whether the baseline can test, per the last [`Baseline::refresh`].
+    #[inline]
+    pub fn gate_usable(&self) -> bool {
+        self.gate.usable
+    }
+
+    /// Whether `x` may be an outlier: `false` means [`is_outlier`] is surely false for
+    /// this baseline's reference (as of the last [`Baseline::refresh`]), so the full
+    /// test is skipped for almost every moving average.
+    #[inline]
+    pub fn may_exceed(&self, x: f32) -> bool {
+        x > self.gate.reject
+    }
+
+    /// [`Baseline::learn`] with the bounds of the last [`Baseline::refresh`]: the same
+    /// result without recomputing σ.
+    #[inline(always)]
+    pub fn learn_gated(&mut self, x: f32) {
+        if !x.is_finite() {
+            return;
+        }
+        // `learn.hi` is only ever −∞ or a finite sample (never NaN, unlike in
+        // `learn_with`, which guards against it), so a plain comparison suffices.
+        if self.learn.hi < x {
+            self.learn.hi = x;
+        }
+        let g = &self.gate;
+        let w = if x < g.lo {
+            g.lo
+        } else if x > g.hi {
+            g.hi
+        } else {
+            x
+        };
+        // `w` is finite: `x` is, and a bound replaces it only when it is a finite bound
+        // beyond `x` (NaN and infinite bounds never compare so).
+        self.learn.w.push_finite(w);
+    }
+
     /// Epoch boundary: approve the previous epoch if this one was clean, else drop both.
+    /// Call [`Baseline::refresh`] afterwards.
     pub fn rotate(&mut self, clean: bool, max_n: f32) {
         if clean {
             let prev = self.prev;
@@ -347,6 +450,43 @@ mod tests {
         };
         assert!(is_outlier(-40.0, &f, &TH));
         assert!((increase(-40.0, -100.0) - 1.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn gated_learning_and_test_agree_with_the_full_computation() {
+        let (min_n, min_epochs) = (10.0, 2);
+        let (mut full, mut gated) = (Baseline::default(), Baseline::default());
+        let mut outliers = 0;
+        for epoch in 0..6u32 {
+            for i in 0..40u32 {
+                // Mostly 50..100, with extremes beyond ±4σ once trained (winsorized).
+                let x = match (i * 37 + epoch * 11) % 23 {
+                    0 => 400.0,
+                    1 => -300.0,
+                    v => 50.0 + v as f32 * 2.5,
+                };
+                full.learn(x, min_n);
+                gated.learn_gated(x);
+            }
+            assert_eq!(full.learn.w, gated.learn.w, "epoch {epoch}");
+            full.rotate(epoch != 3, 1e6);
+            gated.rotate(epoch != 3, 1e6);
+            gated.refresh(min_n, min_epochs, TH.sigma);
+            let r = full.usable(min_n, min_epochs);
+            assert_eq!(gated.gate_usable(), r.is_some(), "epoch {epoch}");
+            if let Some(r) = r {
+                for x in (0..2000).map(|i| i as f32 * 0.5) {
+                    if is_outlier(x, &r, &TH) {
+                        outliers += 1;
+                        assert!(gated.may_exceed(x), "gate rejected outlier {x}");
+                    }
+                }
+            }
+        }
+        assert!(
+            outliers > 0 && gated.gate_usable(),
+            "the test was exercised"
+        );
     }
 
     #[test]

@@ -44,6 +44,7 @@ pub struct Call {
 
 impl Pairer {
     /// Feeds one record; returns the completed call, if this record finished one.
+    #[inline]
     pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
         if self.last_kind == Some(ev.kind)
             && self.last_ts == ev.ts_ns

@@ -58,6 +58,16 @@ pub fn slice<T>(s: &[T]) {
 /// Fetches every line of the `n` bytes at `b` (callers pass spans of a live reference).
 #[inline(always)]
 fn span(b: *const u8, n: usize) {
+    if n <= LINE {
+        // The common case (a field group, a short ring): one or two lines, no loop.
+        if n > 0 {
+            fetch(b);
+            if (b as usize % LINE) + n > LINE {
+                fetch(b.wrapping_add(n - 1));
+            }
+        }
+        return;
+    }
     let mut off = 0;
     while off < n {
         fetch(b.wrapping_add(off));

@@ -26,6 +26,15 @@ impl Welford {
         self.m2 += d * (x - self.mean);
     }
 
+    /// [`Welford::push`] of a value the caller knows is finite (skips the check).
+    #[inline(always)]
+    pub fn push_finite(&mut self, x: f32) {
+        self.n += 1.0;
+        let d = x - self.mean;
+        self.mean += d / self.n;
+        self.m2 += d * (x - self.mean);
+    }
+
     /// Folds another set of samples in (Chan et al.'s parallel formula).
     pub fn merge(&mut self, other: &Welford) {
         if other.n <= 0.0 {

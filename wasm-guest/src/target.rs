@@ -2,17 +2,21 @@
 //!
 //! Hot path ([`Target::ingest`]): per event one thread lookup (a flat tid index, cached
 //! across runs of the same tid), pairing, unit split, and at most three ring pushes and
-//! confirmation steps (gap, execution time, inter-arrival). No allocation per event:
+//! confirmation steps (gap, execution time, inter-arrival). Per moving average the
+//! baselines cost comparisons and Welford steps only: what an approved epoch implies
+//! (winsorizing bounds, a lower bound of the outlier test) is derived at the epoch
+//! boundary ([`Baseline::refresh`]), and the full test and the confirmation state are
+//! touched only above that bound or inside a run. No allocation per event:
 //! vectors grow only when a new thread or a new syscall of a thread appears. With many
 //! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
 //! thread record, then the channels the call will touch) so cache misses overlap; a
 //! unit split marks channels stale instead of resetting each one.
 //!
-//! Memory bound per target: `max_threads` × (`size_of::<Thread>` (832 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` (212 B) + 8·k bytes) + episodes
+//! Memory bound per target: `max_threads` × (`size_of::<Thread>` (896 B) +
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` (244 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
-//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.8 +
-//! 16 × 0.25) KiB ≈ 48 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.9 +
+//! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are
@@ -39,7 +43,9 @@ use crate::report::{
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
-use crate::thread::{BinSet, Episode, Increase, Thread, EPISODE_TOP, GAP_KEY};
+use crate::thread::{
+    BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY,
+};
 use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
@@ -54,7 +60,7 @@ const FAR: usize = 8;
 const NEAR: usize = 4;
 
 /// Leading bytes of a [`Thread`] that every call touches (see its field order).
-const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + 8;
+const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + CallBins::HOT_BYTES;
 
 /// How the anomaly onset T0 of an evaluation is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -126,24 +132,30 @@ impl Derived {
 struct Pool {
     dur: Baseline,
     ia: Baseline,
-    /// `trained_sd(pool_min_n)` of `dur` and `ia`: their approved epochs change only at
-    /// an epoch boundary, so σ is computed there instead of once per moving average.
-    dur_sd: Option<f32>,
-    ia_sd: Option<f32>,
 }
 
 impl Pool {
-    /// An empty pool, with its cached σ consistent with `min_n`.
-    fn fresh(min_n: f32) -> Self {
+    /// An empty pool, its gates consistent with the parameters.
+    fn fresh(d: &Derived) -> Self {
         let mut p = Self::default();
-        p.refresh_sd(min_n);
+        p.refresh(d);
         p
     }
 
-    /// Recomputes the cached σ (after a rotation or a change of `min_n`).
-    fn refresh_sd(&mut self, min_n: f32) {
-        self.dur_sd = self.dur.trained_sd(min_n);
-        self.ia_sd = self.ia.trained_sd(min_n);
+    /// Re-derives the gates (after a rotation or a change of parameters).
+    fn refresh(&mut self, d: &Derived) {
+        let sigma = d.time_th.sigma;
+        self.dur.refresh(d.pool_min_n, d.min_epochs, sigma);
+        self.ia.refresh(d.pool_min_n, d.min_epochs, sigma);
+    }
+}
+
+/// Re-derives the gates of a thread's own baselines (see [`Baseline::refresh`]).
+fn refresh_thread(t: &mut Thread, d: &Derived) {
+    let sigma = d.time_th.sigma;
+    for ch in &mut t.chans {
+        ch.dur.baseline.refresh(d.min_n, d.min_epochs, sigma);
+        ch.ia.baseline.refresh(d.min_n, d.min_epochs, sigma);
     }
 }
 
@@ -223,7 +235,10 @@ impl Target {
         self.params = params;
         self.bin_cache = EMPTY_BIN;
         for p in &mut self.pools {
-            p.refresh_sd(self.d.pool_min_n);
+            p.refresh(&self.d);
+        }
+        for t in &mut self.threads {
+            refresh_thread(t, &self.d);
         }
         if k_changed {
             for t in &mut self.threads {
@@ -261,6 +276,8 @@ impl Target {
         // threads the hints cost more than they save.
         let prefetch = self.threads.len() >= PREFETCH_MIN_THREADS;
         for (i, ev) in events.iter().enumerate() {
+            // The slot stage 1 found for this event (read before stage 1 reuses the entry).
+            let hint = ahead.get(i % FAR).copied().unwrap_or(u32::MAX);
             if prefetch {
                 // Large batches may come from memory too (a decoded file, a bench).
                 if let Some(e) = events.get(i + 2 * INDEX_AHEAD) {
@@ -277,32 +294,42 @@ impl Target {
                 self.next_tick_ns = Some(ev.ts_ns.saturating_add(self.d.cadence_ns));
             }
             // Cadence in event time: ticks strictly before this event are evaluated first.
-            while let Some(mut tick) = self.next_tick_ns {
-                if ev.ts_ns < tick {
-                    break;
-                }
-                // After a long silence, report at most one window's worth of ticks:
-                // older ticks would describe windows with no data at all.
-                let keep = self.activity_events.len() as u64 + 1;
-                let missed = (ev.ts_ns - tick) / self.d.cadence_ns;
-                if missed > keep {
-                    tick = tick.saturating_add((missed - keep) * self.d.cadence_ns);
-                }
-                self.now_ns = self.now_ns.max(tick);
-                due.push(self.tick(tick, c));
-                let next = tick.saturating_add(self.d.cadence_ns);
-                // At the end of the clock's range there is no next tick.
-                self.next_tick_ns = (next > tick).then_some(next);
+            // (Tested here, looped in `ticks_before`: no inner loop per event, which in the
+            // WASM guest would be an epoch check per event.)
+            if self.next_tick_ns.is_some_and(|t| ev.ts_ns >= t) {
+                self.ticks_before(ev.ts_ns, &mut due, c);
             }
             self.now_ns = self.now_ns.max(ev.ts_ns);
-            self.ingest_one(ev, c);
+            self.ingest_one(ev, hint, c);
         }
         due
     }
 
+    /// Evaluates the cadence ticks at or before `ts` (an event's time), in order.
+    #[cold]
+    fn ticks_before(&mut self, ts: u64, due: &mut Vec<Report>, c: &EngineCounters) {
+        while let Some(mut tick) = self.next_tick_ns {
+            if ts < tick {
+                break;
+            }
+            // After a long silence, report at most one window's worth of ticks:
+            // older ticks would describe windows with no data at all.
+            let keep = self.activity_events.len() as u64 + 1;
+            let missed = (ts - tick) / self.d.cadence_ns;
+            if missed > keep {
+                tick = tick.saturating_add((missed - keep) * self.d.cadence_ns);
+            }
+            self.now_ns = self.now_ns.max(tick);
+            due.push(self.tick(tick, c));
+            let next = tick.saturating_add(self.d.cadence_ns);
+            // At the end of the clock's range there is no next tick.
+            self.next_tick_ns = (next > tick).then_some(next);
+        }
+    }
+
     /// Stage 1 of the prefetch: finds event `j`'s thread (read-only; new threads are
     /// skipped) and prefetches its hot fields; remembers the slot for stage 2.
-    #[inline]
+    #[inline(always)]
     fn prefetch_thread(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &mut [u32; FAR]) {
         let Some(ev) = ev else {
             return;
@@ -320,7 +347,9 @@ impl Target {
     }
 
     /// Stage 2 of the prefetch: the call event `j` completes (its thread is cached by now).
-    #[inline]
+    /// Both stages are always inlined: in the WASM guest each call would also cost an
+    /// epoch-deadline check, per event.
+    #[inline(always)]
     fn prefetch_call(&self, ev: Option<&SyscallEvent>, j: usize, ahead: &[u32; FAR]) {
         let Some(ev) = ev else {
             return;
@@ -332,16 +361,16 @@ impl Target {
         let Some(th) = self.threads.get(slot as usize).filter(|t| t.tid == ev.tid) else {
             return;
         };
-        let (key, enter) = match ev.kind {
+        let key = match ev.kind {
             EventKind::Enter => return,
-            EventKind::Complete => (ev.syscall.0, ev.ts_ns),
+            EventKind::Complete => ev.syscall.0,
             EventKind::Exit => match th.pairer.pending {
-                Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
-                Some(p) => (ev.syscall.0, p.enter_ns),
+                Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
+                Some(_) => ev.syscall.0,
                 None => return,
             },
         };
-        th.prefetch_call(key, enter / self.d.bin_ns, self.d.k);
+        th.prefetch_call(key, self.d.k);
     }
 
     /// `ns / bin_ns`, without the 64-bit division when `ns` falls in the same bin as
@@ -358,11 +387,19 @@ impl Target {
         bin
     }
 
-    fn slot_of(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
+    /// The slot of `tid`'s thread (created or evicting if new). `hint`: a slot found
+    /// for it a few events earlier (`u32::MAX` = none), taken when it still holds `tid`
+    /// (a tid has at most one record, so that is the slot the index would give).
+    fn slot_of(&mut self, tid: u32, ts: u64, hint: u32, c: &mut EngineCounters) -> usize {
         if let Some((t, s)) = self.last_slot {
             if t == tid {
                 return s;
             }
+        }
+        let h = hint as usize;
+        if self.threads.get(h).is_some_and(|t| t.tid == tid) {
+            self.last_slot = Some((tid, h));
+            return h;
         }
         let slot = match self.index.get(tid) {
             Some(s) => s as usize,
@@ -403,8 +440,8 @@ impl Target {
         slot
     }
 
-    fn ingest_one(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) {
-        let slot = self.slot_of(ev.tid, ev.ts_ns, c);
+    fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
+        let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
@@ -446,21 +483,23 @@ impl Target {
             .last_exit_ns
             .max(call.enter_ns.saturating_add(call.duration_ns));
         let k = d.k;
+        // Whether any series was tested, and whether any test was an outlier (`run`
+        // mirrors the last test of a series): the bins are marked once per call.
+        let mut tested = false;
+        let mut outlying = false;
         // 2. The gap channel (off-CPU / user time between calls).
+        let ts = call.enter_ns;
         if let Some(g) = gap {
-            if let Some(ci) = th.chan_index(GAP_KEY, k, d.max_chans) {
-                let r = feed(
-                    th,
-                    &mut self.pools,
-                    ci,
-                    false,
-                    g as f32,
-                    call.enter_ns,
-                    bin,
-                    d,
-                );
-                if let Some(run) = r {
-                    confirmed.get_or_insert((run, GAP_KEY, false));
+            let ci = th.chan_index(GAP_KEY, k, d.max_chans);
+            if let Some((ch, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+                let x = g as f32;
+                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d)
+                {
+                    tested = true;
+                    outlying |= ch.dur.run;
+                    if let Some(run) = r {
+                        confirmed.get_or_insert((run, GAP_KEY, false));
+                    }
                 }
             }
         }
@@ -468,37 +507,36 @@ impl Target {
         let key = call.syscall.0;
         match th.chan_index(key, k, d.max_chans) {
             Some(ci) => {
-                let ia = th.chans.get(ci).and_then(|ch| {
-                    (ch.last_enter_ns != 0 && call.enter_ns >= ch.last_enter_ns)
-                        .then(|| call.enter_ns - ch.last_enter_ns)
-                });
-                if let Some(ch) = th.chans.get_mut(ci) {
-                    ch.last_enter_ns = call.enter_ns.max(1);
+                let mut key_tested = false;
+                // (The rings always match the channels, so the parts are always there.)
+                if let Some((ch, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
+                    let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
+                        .then(|| ts - ch.last_enter_ns);
+                    ch.last_enter_ns = ts.max(1);
+                    let pools = &mut self.pools;
+                    let x = call.duration_ns as f32;
+                    if let Some(r) = feed(&mut ch.dur, ring_dur, key, pools, false, x, ts, d) {
+                        key_tested = true;
+                        outlying |= ch.dur.run;
+                        if let Some(run) = r {
+                            confirmed.get_or_insert((run, key, false));
+                        }
+                    }
+                    if let Some(x) = ia {
+                        let x = -(x as f32);
+                        if let Some(r) = feed(&mut ch.ia, ring_ia, key, pools, true, x, ts, d) {
+                            key_tested = true;
+                            outlying |= ch.ia.run;
+                            if let Some(run) = r {
+                                confirmed.get_or_insert((run, key, true));
+                            }
+                        }
+                    }
                 }
-                if let Some(run) = feed(
-                    th,
-                    &mut self.pools,
-                    ci,
-                    false,
-                    call.duration_ns as f32,
-                    call.enter_ns,
-                    bin,
-                    d,
-                ) {
-                    confirmed.get_or_insert((run, key, false));
-                }
-                if let Some(x) = ia {
-                    if let Some(run) = feed(
-                        th,
-                        &mut self.pools,
-                        ci,
-                        true,
-                        -(x as f32),
-                        call.enter_ns,
-                        bin,
-                        d,
-                    ) {
-                        confirmed.get_or_insert((run, key, true));
+                if key_tested {
+                    tested = true;
+                    if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
+                        th.tested_io.mark(bin);
                     }
                 }
             }
@@ -523,6 +561,12 @@ impl Target {
                     *word |= 1 << b;
                 }
             }
+        }
+        if tested {
+            th.tested.mark(bin);
+        }
+        if outlying {
+            th.outlying.mark(bin);
         }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
@@ -573,11 +617,14 @@ impl Target {
         // the same epoch mean the target may be anomalous: nobody learns from it.
         let target_clean = (self.dirty_threads as usize) < 2;
         let max_n = self.d.max_n;
+        let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in &mut self.threads {
             let clean = target_clean && !t.dirty;
             for ch in &mut t.chans {
                 ch.dur.baseline.rotate(clean, max_n);
+                ch.dur.baseline.refresh(min_n, min_epochs, sigma);
                 ch.ia.baseline.rotate(clean, max_n);
+                ch.ia.baseline.refresh(min_n, min_epochs, sigma);
             }
             t.dirty = false;
         }
@@ -589,7 +636,7 @@ impl Target {
         for p in &mut self.pools {
             p.dur.rotate(clean, max_n * 16.0);
             p.ia.rotate(clean, max_n * 16.0);
-            p.refresh_sd(self.d.pool_min_n);
+            p.refresh(&self.d);
         }
         let epochs = self.activity_events.len().max(1);
         self.epoch_slot = (self.epoch_slot + 1) % epochs;
@@ -1048,61 +1095,85 @@ impl Target {
     }
 }
 
-/// Pool index of a channel key.
+/// Pool index of a channel key: the syscall id + 1, and 0 for [`GAP_KEY`] (`u16::MAX`,
+/// which wraps to 0; branch-free, as this runs per moving average).
+#[inline(always)]
 fn pool_index(key: u16) -> usize {
-    if key == GAP_KEY {
-        0
-    } else {
-        key as usize + 1
-    }
+    const _: () = assert!(GAP_KEY == u16::MAX);
+    usize::from(key.wrapping_add(1))
 }
 
-/// Pushes one value into channel `ci`'s series, learns, tests; returns the run start of
-/// a confirmed outlier.
+/// Channel `ci`'s record and its two rings (execution time, inter-arrival), looked up
+/// once per call instead of once per series.
+#[inline(always)]
+fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [f32], &mut [f32])> {
+    let base = ci * 2 * k;
+    let rings = th.rings.get_mut(base..base + 2 * k)?;
+    let (dur, ia) = rings.split_at_mut_checked(k)?;
+    Some((th.chans.get_mut(ci)?, dur, ia))
+}
+
+/// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
+/// `None`: nothing was tested (no moving average yet, or no usable baseline); else
+/// whether an outlier was confirmed, with its run start.
+///
+/// The approved baselines change only at epoch boundaries, so their consequences are
+/// precomputed there (see [`Baseline::refresh`]): per moving average this is two gated
+/// Welford steps and a comparison; the full test runs only above the gate, and the
+/// confirmation state only when it can change. Inlined into its three call sites: as
+/// a call, its prologue and epilogue were a tenth of its instructions.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn feed(
-    th: &mut Thread,
+    series: &mut Series,
+    ring: &mut [f32],
+    key: u16,
     pools: &mut Vec<Pool>,
-    ci: usize,
     frequency: bool,
     x: f32,
     ts: u64,
-    bin: u64,
     d: &Derived,
-) -> Option<u64> {
-    let k = d.k;
-    let base = ci * 2 * k + if frequency { k } else { 0 };
-    let ring = th.rings.get_mut(base..base + k)?;
-    let ch = th.chans.get_mut(ci)?;
-    let key = ch.key;
-    let series = if frequency { &mut ch.ia } else { &mut ch.dur };
+) -> Option<Option<u64>> {
     let ma = series.push(ring, x)?;
     let pi = pool_index(key);
     if pools.len() <= pi {
-        pools.resize(pi + 1, Pool::fresh(d.pool_min_n));
+        pools.resize(pi + 1, Pool::fresh(d));
     }
     let pool = pools.get_mut(pi)?;
-    let (pool_b, pool_sd) = if frequency {
-        (&mut pool.ia, pool.ia_sd)
+    let pool_b = if frequency {
+        &mut pool.ia
     } else {
-        (&mut pool.dur, pool.dur_sd)
+        &mut pool.dur
     };
-    let own_sd = series.baseline.trained_sd(d.min_n);
-    let own = series.baseline.usable_with(own_sd, d.min_epochs);
-    let reference = own.or_else(|| pool_b.usable_with(pool_sd, d.min_epochs));
-    series.baseline.learn_with(ma, own_sd);
-    pool_b.learn_with(ma, pool_sd);
-    let r = reference?;
-    th.tested.mark(bin);
-    if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
-        th.tested_io.mark(bin);
+    // The reference: the thread's own baseline when usable, else the pooled one.
+    let own = series.baseline.gate_usable();
+    let tested = own || pool_b.gate_usable();
+    let may = if own {
+        series.baseline.may_exceed(ma)
+    } else {
+        pool_b.may_exceed(ma)
+    };
+    series.baseline.learn_gated(ma);
+    pool_b.learn_gated(ma);
+    if !tested {
+        return None;
     }
     let thr = if frequency { &d.freq_th } else { &d.time_th };
-    let outlier = detector::is_outlier(ma, &r, thr);
-    if outlier {
-        th.outlying.mark(bin);
+    // Learning touched only the current epochs, so the reference is as it was before.
+    let outlier = may && {
+        let r = if own {
+            series.baseline.usable(d.min_n, d.min_epochs)
+        } else {
+            pool_b.usable(d.pool_min_n, d.min_epochs)
+        };
+        r.is_some_and(|r| detector::is_outlier(ma, &r, thr))
+    };
+    if !outlier && !series.run {
+        // Outside a run a non-outlier leaves the confirmation state as it is.
+        return Some(None);
     }
-    series.confirm.step(outlier, ts, thr)
+    series.run = outlier;
+    Some(series.confirm.step(outlier, ts, thr))
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).

@@ -2,15 +2,18 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 212 bytes + 8·k) plus
+//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 244 bytes + 8·k) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
-//! a 256-bin call counter and two 256-bin bitmaps (the 832-byte [`Thread`] record);
+//! a 256-bin call counter and three 256-bin bitmaps (the 896-byte [`Thread`] record);
 //! see [`Thread::bytes`].
 //!
 //! Layout is chosen for the ingest hot path at thousands of threads, where every event
 //! lands on a thread whose state is out of cache: the fields a call touches are packed
 //! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
-//! record, and the confirmation state and pending epoch sit at the end of each series.
+//! record, and each series starts with what a moving average touches (ring state, the
+//! current epoch and the precomputed gate of its baseline, 44 bytes) while the approved
+//! and pending epochs and the confirmation state, read only on a possible outlier or at
+//! an epoch boundary, come after it; only the touched spans are prefetched.
 
 use crate::detector::{Baseline, Confirm};
 use crate::pairing::Pairer;
@@ -79,6 +82,10 @@ pub const EPISODE_TOP: usize = 6;
 pub struct Series {
     pub len: u8,
     pub pos: u8,
+    /// Mirrors the confirmation state's "inside an exceedance run": while it is false a
+    /// non-outlier average leaves [`Confirm`] unchanged, so its (cold) bytes are not
+    /// touched at all.
+    pub run: bool,
     pub sum: f32,
     pub baseline: Baseline,
     pub confirm: Confirm,
@@ -86,35 +93,36 @@ pub struct Series {
 
 impl Series {
     /// Pushes `x` into `ring` (length k) and returns the moving average once full.
+    #[inline(always)]
     pub fn push(&mut self, ring: &mut [f32], x: f32) -> Option<f32> {
         let k = ring.len();
-        if k == 0 {
-            return None;
-        }
-        // Compare instead of `%`: an integer division per push was measurable.
         let mut pos = self.pos as usize;
         if pos >= k {
+            // Only after a change of k (and for k = 0): `%` is an integer division.
+            if k == 0 {
+                return None;
+            }
             pos %= k;
         }
+        let slot = ring.get_mut(pos)?;
         if (self.len as usize) < k {
             self.len += 1;
-        } else if let Some(old) = ring.get(pos) {
-            self.sum -= *old;
+        } else {
+            self.sum -= *slot;
         }
-        if let Some(slot) = ring.get_mut(pos) {
-            *slot = x;
-        }
+        *slot = x;
         self.sum += x;
-        self.pos = if pos + 1 >= k { 0 } else { (pos + 1) as u8 };
-        if (self.len as usize) >= k {
-            // Recompute exactly every wrap to stop f32 drift.
-            if self.pos == 0 {
+        let full = self.len as usize >= k;
+        if pos + 1 < k {
+            self.pos = (pos + 1) as u8;
+        } else {
+            self.pos = 0;
+            if full {
+                // Recompute exactly every wrap to stop f32 drift.
                 self.sum = ring.iter().sum();
             }
-            Some(self.sum / k as f32)
-        } else {
-            None
         }
+        full.then(|| self.sum / k as f32)
     }
 
     /// Starts a new execution unit: the moving average restarts, the baseline stays.
@@ -122,6 +130,7 @@ impl Series {
         self.len = 0;
         self.pos = 0;
         self.sum = 0.0;
+        self.run = false;
         self.confirm.reset();
     }
 
@@ -150,11 +159,15 @@ pub struct Chan {
     pub ia: Series,
 }
 
-/// Bytes of a [`Chan`] a call of its syscall touches: all of it (both series are fed
-/// and tested, and a tested series steps its confirmation state at the end).
-const CHAN_HOT_BYTES: usize = std::mem::size_of::<Chan>();
-/// Leading bytes of the gap channel a call touches (its inter-arrival half is unused).
-const GAP_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
+/// Leading bytes of a [`Series`] a moving average touches: the ring state and the hot
+/// half of the baseline (the approved and pending epochs and the confirmation state
+/// are read only on a possible outlier, at epoch boundaries and by evaluations).
+const SERIES_HOT_BYTES: usize =
+    std::mem::offset_of!(Series, baseline) + crate::detector::BASELINE_HOT_BYTES;
+/// Leading bytes of a [`Chan`] a call touches up to and including its execution-time
+/// series (all the gap channel's call touches; a syscall's call also touches the
+/// inter-arrival series' hot bytes).
+const CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, dur) + SERIES_HOT_BYTES;
 
 impl Chan {
     /// Starts generation `unit`: the moving averages restart, the baselines stay.
@@ -316,10 +329,16 @@ impl BinSet {
 
 /// Calls per bin over the last 256 bins: how busy a thread was right after the onset
 /// (τ's "active" threads), in constant memory.
+///
+/// Calls in the latest bin are counted in `pending` (next to `latest`, in the thread's
+/// hot bytes) and folded into `counts` when a later bin starts: consecutive calls of a
+/// thread almost always share a bin, so a call does not touch the 512-byte array.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
 pub struct CallBins {
     latest: u64,
+    /// Calls in bin `latest` not yet in `counts` (saturating, like the counts).
+    pending: u16,
     counts: [u16; 256],
 }
 
@@ -327,6 +346,7 @@ impl Default for CallBins {
     fn default() -> Self {
         Self {
             latest: 0,
+            pending: 0,
             counts: [0; 256],
         }
     }
@@ -334,9 +354,28 @@ impl Default for CallBins {
 
 impl CallBins {
     const N: u64 = 256;
+    /// Leading bytes a call touches (`latest` and `pending`).
+    pub const HOT_BYTES: usize = std::mem::offset_of!(CallBins, counts);
 
+    #[inline]
     pub fn add(&mut self, bin: u64) {
+        if bin == self.latest {
+            // `c.saturating_add(n)` equals n saturating increments, and `pending` saturates
+            // only when the sum does too.
+            self.pending = self.pending.saturating_add(1);
+            return;
+        }
+        self.add_other(bin);
+    }
+
+    /// [`CallBins::add`] for a bin other than the latest.
+    #[cold]
+    fn add_other(&mut self, bin: u64) {
         if bin > self.latest {
+            let pending = std::mem::take(&mut self.pending);
+            if let Some(c) = self.counts.get_mut((self.latest % Self::N) as usize) {
+                *c = c.saturating_add(pending);
+            }
             let clear = (bin - self.latest).min(Self::N);
             for i in 0..clear {
                 let b = bin - i;
@@ -353,15 +392,6 @@ impl CallBins {
         }
     }
 
-    /// Bin `bin`'s counter (for prefetching).
-    #[inline]
-    pub fn slot(&self, bin: u64) -> &u16 {
-        // `% N` keeps the index in range; the fallback is never taken.
-        self.counts
-            .get((bin % Self::N) as usize)
-            .unwrap_or(&self.counts[0])
-    }
-
     /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
         let hi = hi.min(self.latest);
@@ -371,10 +401,17 @@ impl CallBins {
         }
         (lo..=hi)
             .map(|b| {
-                self.counts
+                let c = self
+                    .counts
                     .get((b % Self::N) as usize)
                     .copied()
-                    .unwrap_or(0) as u64
+                    .unwrap_or(0);
+                let c = if b == self.latest {
+                    c.saturating_add(self.pending)
+                } else {
+                    c
+                };
+                c as u64
             })
             .sum()
     }
@@ -402,6 +439,9 @@ pub struct Thread {
     pub episode_pos: u8,
     /// Generation of the current execution unit (see [`Chan::unit`]).
     pub unit: u16,
+    /// Index + 1 of the gap channel (0 = none yet): looked up twice per call, and a
+    /// field read is cheaper than the key scan (it fills padding, the record does not grow).
+    gap_chan: u16,
     pub pairer: Pairer,
     /// Keys of the first [`INLINE_KEYS`] channels, parallel to `chans`: the per-call
     /// lookup scans 2 bytes per channel in the thread's own cache lines instead of whole
@@ -412,10 +452,11 @@ pub struct Thread {
     pub rings: Vec<f32>,
     /// Bins in which any channel was tested.
     pub tested: BinSet,
-    /// Bins in which a disk/network I/O channel was tested (filtering mode).
-    pub tested_io: BinSet,
-    /// Calls per bin (its `latest` field ends the per-call part of the record).
+    /// Calls per bin (its [`CallBins::HOT_BYTES`] end the per-call part of the record).
     pub calls: CallBins,
+    /// Bins in which a disk/network I/O channel was tested (filtering mode; only I/O
+    /// calls touch it, so it is outside the per-call part).
+    pub tested_io: BinSet,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
     /// Bins in which a tested moving average was an outlier: how long an anomaly lasted
@@ -461,6 +502,10 @@ impl Thread {
     /// Index of `key`'s channel, if the thread has one.
     #[inline]
     pub fn find_chan(&self, key: u16) -> Option<usize> {
+        if key == GAP_KEY {
+            // Folds away where the key is the constant (the gap lookups).
+            return usize::from(self.gap_chan).checked_sub(1);
+        }
         let n = self.chans.len();
         // All inline keys compared at once; keys past `n` are masked off. Called up to
         // four times per call, a scalar scan was ~15 % of the ingest instructions.
@@ -483,22 +528,23 @@ impl Thread {
             .map(|i| i + INLINE_KEYS)
     }
 
-    /// Prefetches what the next call of `key` (entered in activity bin `bin`) will touch:
-    /// its channel and ring, the gap channel and the bin counter.
-    #[inline]
-    pub fn prefetch_call(&self, key: u16, bin: u64, k: usize) {
-        crate::prefetch::line(self.calls.slot(bin));
+    /// Prefetches what the next call of `key` will touch: its channel and rings, and the
+    /// gap channel and its ring.
+    // Always inlined: in the WASM guest a call per event also costs an epoch check.
+    #[inline(always)]
+    pub fn prefetch_call(&self, key: u16, k: usize) {
         if let Some(ci) = self.find_chan(key) {
             if let Some(c) = self.chans.get(ci) {
                 crate::prefetch::bytes(c, CHAN_HOT_BYTES);
+                crate::prefetch::bytes(&c.ia, SERIES_HOT_BYTES);
             }
             if let Some(r) = self.rings.get(ci * 2 * k..(ci + 1) * 2 * k) {
                 crate::prefetch::slice(r);
             }
         }
-        if let Some(gi) = self.find_chan(GAP_KEY) {
+        if let Some(gi) = usize::from(self.gap_chan).checked_sub(1) {
             if let Some(c) = self.chans.get(gi) {
-                crate::prefetch::bytes(c, GAP_HOT_BYTES);
+                crate::prefetch::bytes(c, CHAN_HOT_BYTES);
             }
             if let Some(r) = self.rings.get(gi * 2 * k..gi * 2 * k + k) {
                 crate::prefetch::slice(r);
@@ -524,6 +570,10 @@ impl Thread {
             ..Chan::default()
         });
         let i = self.chans.len() - 1;
+        if key == GAP_KEY {
+            // `i` < cap ≤ 1024 (validated), so `i + 1` fits.
+            self.gap_chan = u16::try_from(i + 1).unwrap_or(0);
+        }
         match self.keys.get_mut(i) {
             Some(slot) => *slot = key,
             None => {
@@ -638,6 +688,17 @@ mod tests {
         assert_eq!(c.sum(0, 300), 2);
         c.add(5); // too old: ignored
         assert_eq!(c.sum(0, 300), 2);
+    }
+
+    #[test]
+    fn call_bins_pending_calls_count_and_saturate_like_the_array() {
+        let mut c = CallBins::default();
+        (0..3).for_each(|_| c.add(0)); // bin 0 = the initial `latest`
+        (0..70_000).for_each(|_| c.add(7));
+        assert_eq!((c.sum(0, 0), c.sum(7, 7)), (3, u64::from(u16::MAX)));
+        c.add(9); // folds bin 7's pending calls into the array
+        c.add(7); // an older bin: counted directly, saturated
+        assert_eq!((c.sum(7, 7), c.sum(8, 9), c.sum(0, 9)), (65_535, 1, 65_539));
     }
 
     #[test]

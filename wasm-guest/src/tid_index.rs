@@ -40,8 +40,18 @@ impl TidIndex {
         if self.table.is_empty() {
             return None;
         }
-        let mask = self.mask();
         let mut i = self.home(tid);
+        // The home entry first, outside the loop: it almost always decides, and in the
+        // WASM guest every loop iteration costs an epoch check.
+        let &(t, s) = self.table.get(i)?;
+        if s == FREE {
+            return None;
+        }
+        if t == tid {
+            return Some(s);
+        }
+        let mask = self.mask();
+        i = (i + 1) & mask;
         loop {
             let &(t, s) = self.table.get(i)?;
             if s == FREE {
