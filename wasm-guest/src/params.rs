@@ -316,5 +316,15 @@ mod tests {
             ..Params::default()
         };
         assert_eq!(p.validate().unwrap_err().key, "sketch_width");
+        let p = Params {
+            min_persistence: 1.5,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "min_persistence");
+        let p = Params {
+            persistence_seconds: 0.0,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "persistence_seconds");
     }
 }

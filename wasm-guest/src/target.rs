@@ -661,22 +661,21 @@ impl Target {
         let d = &self.d;
         // A thread's earliest outlier at or after `lo` that lasted (see
         // `min_persistence`), with its persistence: a blip before the fault does not
-        // hide the thread's later, real impact, and blips alone make no anomaly.
-        let first = |t: &Thread, lo: u64| -> Option<(Episode, f64)> {
-            let mut best = self
-                .lasting_inflight(t, to)
-                .filter(|e| e.alarm_ns >= lo)
-                .map(|e| (e, 1.0));
+        // hide the thread's later, real impact, and blips alone make no anomaly. The
+        // flag says the episode is the thread's stuck call.
+        let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool)> {
+            let stuck = self.lasting_inflight(t, to);
+            let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
             for e in t
                 .episodes
                 .iter()
                 .filter(|e| e.alarm_ns >= lo && e.alarm_ns <= to)
             {
-                if best.is_some_and(|(b, _)| b.alarm_ns <= e.alarm_ns) {
+                if best.is_some_and(|(b, _, _)| b.alarm_ns <= e.alarm_ns) {
                     continue;
                 }
-                if let Some(p) = self.persistence(t, e.alarm_ns, to) {
-                    best = Some((*e, p));
+                if let Some(p) = self.persistence(t, e.alarm_ns, to, stuck.is_some()) {
+                    best = Some((*e, p, false));
                 }
             }
             best
@@ -694,7 +693,7 @@ impl Target {
             .threads
             .iter()
             .filter_map(|t| first(t, lo))
-            .map(|(e, _)| e.alarm_ns)
+            .map(|(e, _, _)| e.alarm_ns)
             .collect();
         alarms.sort_unstable();
         let need = self.params.min_affected_threads.max(1);
@@ -728,15 +727,12 @@ impl Target {
                         active_io += 1;
                     }
                 }
-                if let Some((e, persistence)) = first(t, t0) {
+                if let Some((e, persistence, stuck)) = first(t, t0) {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
                     // A thread the fault stopped (stuck in one call) cannot be busy after
                     // T0, yet it is part of the population τ is a share of: without it a
                     // lock that blocks 4 of 10 backends reads as 2 direct of 2 active.
-                    let stuck = self
-                        .lasting_inflight(t, to)
-                        .is_some_and(|s| s.alarm_ns == e.alarm_ns);
                     if stuck && !testable && sigma < self.params.alpha_seconds {
                         active += 1;
                         if io {
@@ -921,14 +917,14 @@ impl Target {
     }
 
     /// Share of `t`'s tested bins in the `persistence_seconds` after an outlier at
-    /// `from` that hold an outlier (1 when the thread is stuck in a call far beyond its
+    /// `from` that hold an outlier (1 when `stuck`: the thread is in a call far beyond its
     /// baseline), when it lasted: `None` when it fell below `min_persistence`, or when
     /// less than `persistence_seconds` of data followed it (undecided yet: a later
     /// evaluation decides), unless `min_persistence` is 0.
-    fn persistence(&self, t: &Thread, from: u64, to: u64) -> Option<f64> {
+    fn persistence(&self, t: &Thread, from: u64, to: u64, stuck: bool) -> Option<f64> {
         let d = &self.d;
         let rho = self.params.min_persistence;
-        if self.lasting_inflight(t, to).is_some() {
+        if stuck {
             return Some(1.0);
         }
         let end = from.saturating_add(d.persistence_ns);
@@ -958,6 +954,7 @@ impl Target {
         if la == lb {
             return part(la, a, b);
         }
+        // `a < (la + 1)·bin ≤ lb·bin ≤ b` here, so neither product overflows.
         let head = part(la, a, (la + 1) * bin);
         let tail = part(lb, lb * bin, b);
         let mid = if lb > la + 1 {

@@ -623,15 +623,6 @@ impl Thread {
         self.episode_pos = ((i + 1) % EPISODES_PER_THREAD) as u8;
     }
 
-    /// The earliest episode with `alarm_ns` in `[from, to]`.
-    pub fn first_episode(&self, from: u64, to: u64) -> Option<Episode> {
-        self.episodes
-            .iter()
-            .filter(|e| e.alarm_ns >= from && e.alarm_ns <= to)
-            .min_by_key(|e| e.alarm_ns)
-            .copied()
-    }
-
     /// Heap plus inline bytes held by this thread.
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()

@@ -214,18 +214,23 @@ fn calibration_under_a_known_external_fault_gives_alpha_and_beta() {
     assert!(engine.set_target_params("svc", tuned).is_ok());
 }
 
+/// A seeded stream of uniform draws in [0, 1) (a 64-bit LCG): jitter for hand-made streams.
+fn uniform(seed: u64) -> impl FnMut() -> f64 {
+    let mut state = seed;
+    move || {
+        state = state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        (state >> 33) as f64 / (1u64 << 31) as f64
+    }
+}
+
 /// Every thread calls `read` every ~5 ms (≈ 100 µs each, jittered) for 70 s; from 40 s
 /// on, calls take 10× longer for `slow_seconds`.
 fn burst_stream(slow_seconds: f64) -> Vec<SyscallEvent> {
     let read = faultline_engine::SyscallId::from_name("read");
     let (start, until, end) = (40e9 as u64, (40e9 + slow_seconds * 1e9) as u64, 70e9 as u64);
-    let mut lcg = 0x2545_f491_4f6c_dd1du64;
-    let mut next = move || {
-        lcg = lcg
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (lcg >> 33) as f64 / (1u64 << 31) as f64
-    };
+    let mut next = uniform(0x2545_f491_4f6c_dd1d);
     let mut events = Vec::new();
     let mut clocks: Vec<u64> = (0..16u64).map(|i| 1_000_000 + i * 300_000).collect();
     // The thread with the earliest clock goes next: one time-ordered stream.
@@ -298,13 +303,7 @@ fn lock_stream() -> Vec<SyscallEvent> {
     let futex = faultline_engine::SyscallId::from_name("futex");
     let read = faultline_engine::SyscallId::from_name("read");
     let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
-    let mut lcg = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = move || {
-        lcg = lcg
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        (lcg >> 33) as f64 / (1u64 << 31) as f64
-    };
+    let mut next = uniform(0x9e37_79b9_7f4a_7c15);
     let mut events = Vec::new();
     let mut clocks: Vec<u64> = (0..7u64).map(|i| 1_000_000 + i * 100_000).collect();
     let mut blocked = [false; 7];
