@@ -33,6 +33,7 @@ pub mod synth;
 pub mod syscalls;
 pub mod target;
 pub mod thread;
+pub mod thread_store;
 pub mod tid_index;
 
 pub use engine::Engine;

@@ -46,6 +46,7 @@ use crate::syscalls::SyscallId;
 use crate::thread::{
     BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY,
 };
+use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
@@ -172,7 +173,7 @@ pub struct Target {
     pub name: String,
     params: Params,
     d: Derived,
-    threads: Vec<Thread>,
+    threads: ThreadStore,
     index: TidIndex,
     /// Pools indexed by syscall id + 1; index 0 is the gap channel.
     pools: Vec<Pool>,
@@ -204,7 +205,7 @@ impl Target {
             name: name.to_string(),
             params,
             d,
-            threads: Vec::new(),
+            threads: ThreadStore::new(),
             index: TidIndex::default(),
             pools: Vec::new(),
             activity: vec![Activity::default(); epochs * stride],
@@ -237,11 +238,11 @@ impl Target {
         for p in &mut self.pools {
             p.refresh(&self.d);
         }
-        for t in &mut self.threads {
+        for t in self.threads.iter_mut() {
             refresh_thread(t, &self.d);
         }
         if k_changed {
-            for t in &mut self.threads {
+            for t in self.threads.iter_mut() {
                 t.rings = vec![0.0; t.chans.len() * 2 * self.d.k];
                 let at = t.unit_start_ns;
                 t.start_unit(at);
@@ -405,15 +406,7 @@ impl Target {
             Some(s) => s as usize,
             None => {
                 let s = if self.threads.len() < self.params.max_threads {
-                    if self.threads.len() == self.threads.capacity() {
-                        // Grow by ~1/8 (not doubling): unused thread records are
-                        // counted state, and large reallocations are page remaps.
-                        let room = self.params.max_threads - self.threads.len();
-                        let step = (self.threads.len() / 8).clamp(16, 4096).min(room);
-                        self.threads.reserve_exact(step);
-                    }
-                    self.threads.push(Thread::new(tid, ts));
-                    self.threads.len() - 1
+                    self.threads.push(Thread::new(tid, ts))
                 } else {
                     // Evict the least recently seen thread (counted).
                     let victim = self
@@ -618,7 +611,7 @@ impl Target {
         let target_clean = (self.dirty_threads as usize) < 2;
         let max_n = self.d.max_n;
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
-        for t in &mut self.threads {
+        for t in self.threads.iter_mut() {
             let clean = target_clean && !t.dirty;
             for ch in &mut t.chans {
                 ch.dur.baseline.rotate(clean, max_n);
@@ -718,7 +711,7 @@ impl Target {
         let (mut active, mut active_io) = (0u64, 0u64);
         if let Some(t0) = t0 {
             let (lo, hi) = (t0 / d.bin_ns, t0.saturating_add(d.alpha_ns) / d.bin_ns);
-            for t in &self.threads {
+            for t in self.threads.iter() {
                 let busy = t.calls.sum(lo, hi) >= self.params.min_active_calls as u64;
                 let testable = busy && t.tested.any(lo, hi);
                 if testable {
@@ -1077,7 +1070,7 @@ impl Target {
         std::mem::size_of::<Self>()
             + self.name.capacity()
             + self.threads.iter().map(Thread::bytes).sum::<usize>()
-            + (self.threads.capacity() - self.threads.len()) * std::mem::size_of::<Thread>()
+            + self.threads.spare_bytes()
             + self.index.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.pools.capacity() * std::mem::size_of::<Pool>()
             + self.activity.capacity() * std::mem::size_of::<Activity>()
