@@ -110,7 +110,7 @@ fn borderline_impact_is_resolved_by_dispersion() {
         Some(FaultSpec {
             start_seconds: FAULT_AT,
             affected_fraction: 1.0,
-            onset_spread_seconds: 5.0,
+            onset_spread_seconds: 5.75,
             duration_multiplier: 8.0,
             ..FaultSpec::default()
         }),
