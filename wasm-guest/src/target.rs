@@ -77,6 +77,7 @@ struct Derived {
     k: usize,
     gap_ns: u64,
     alpha_ns: u64,
+    corroboration_ns: u64,
     window_ns: u64,
     cadence_ns: u64,
     bin_ns: u64,
@@ -98,6 +99,7 @@ impl Derived {
             k: p.moving_average_k,
             gap_ns: seconds_to_ns(p.gap_threshold()),
             alpha_ns: seconds_to_ns(p.alpha_seconds),
+            corroboration_ns: seconds_to_ns(p.corroboration_seconds),
             window_ns,
             cadence_ns: seconds_to_ns(p.cadence_seconds).max(1),
             bin_ns: (window_ns / BinSet::BINS).max(1),
@@ -681,8 +683,8 @@ impl Target {
             best
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
-        // corroborated by `min_affected_threads` threads within α (an isolated thread's
-        // alarm is not an anomaly of the target). On demand: the alarm time T, as in the
+        // corroborated by `min_affected_threads` threads within `corroboration_seconds`
+        // (an isolated thread's alarm is not an anomaly of the target). On demand: the alarm time T, as in the
         // paper (σ then measures how soon after T each thread showed it), or an earlier
         // corroborated onset in [T − W, T] when the alarm came late.
         let lo = match onset {
@@ -700,7 +702,7 @@ impl Target {
         let cluster = alarms
             .windows(need)
             .find(|w| match (w.first(), w.last()) {
-                (Some(a), Some(b)) => b - a <= d.alpha_ns,
+                (Some(a), Some(b)) => b - a <= d.corroboration_ns,
                 _ => false,
             })
             .and_then(|w| w.first().copied());
@@ -771,7 +773,8 @@ impl Target {
                 }
             }
         }
-        // Corroborated: `min_affected_threads` lasting outliers within α of each other
+        // Corroborated: `min_affected_threads` lasting outliers within
+        // `corroboration_seconds` of each other
         // somewhere in the window (on demand too: outliers scattered after an alarm are
         // not one anomaly).
         let anomalous = cluster.is_some() && findings.len() >= self.params.min_affected_threads;
@@ -883,7 +886,7 @@ impl Target {
     /// a thread blocked on a lock (or a stalled disk) makes no more calls, so only its
     /// open call can show the impact. It counts as an outlier from the moment its
     /// elapsed time crossed max(8×, Θ·σ·√k above) the baseline geometric mean, and at
-    /// least α after its entry.
+    /// least the execution-unit gap threshold after its entry.
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let p = t.pairer.pending?;
         let d = &self.d;
@@ -895,7 +898,10 @@ impl Target {
         let per_ma =
             r.hi.max(r.mean + d.time_th.sigma * r.sd)
                 .max(r.mean * (1.0 + d.time_th.min_increase));
-        let limit_ns = ((k * per_ma) as u64).max(d.alpha_ns);
+        // A call counts as stuck no sooner than the pause that ends an execution unit:
+        // the same "longer than any normal pause" the unit split uses, independent of
+        // how soon after an onset a thread counts as directly affected (α).
+        let limit_ns = ((k * per_ma) as u64).max(d.gap_ns);
         let crossed = p.enter_ns.saturating_add(limit_ns);
         if crossed > to {
             return None;

@@ -101,6 +101,9 @@ fn borderline_impact_is_resolved_by_dispersion() {
         // The stream was sized for this activity floor (20 calls/s over α = 5 s); the
         // default floor is meant for α ≈ 1 s.
         min_active_calls: 100,
+        // Execution units split at α, as this stream was sized for (the default unit gap
+        // is 1 s whatever α).
+        gap_threshold_seconds: None,
         ..Params::default()
     };
     let s = spec(
