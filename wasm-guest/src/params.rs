@@ -99,6 +99,16 @@ pub struct Params {
     /// while fault-free bursts reach 0.3–0.67; the shortest window and lowest share that
     /// kept every control clean, see integration-tests/RESULTS.md). 0 counts every outlier.
     pub min_persistence: f64,
+    /// A thread that was not busy right after the onset (not in τ's population by
+    /// `min_active_calls`) but shows a lasting outlier within its first this-many calls
+    /// after the onset is *directly* affected, whatever its σ, and joins the population:
+    /// an idle worker cannot show a fault before it runs, and one that shows it as soon
+    /// as it runs was hit as directly as the busy ones (packet loss and CPU faults on
+    /// Apache's mostly idle workers: onsets 2–20 s, yet within their first 5–500 calls).
+    /// 400 by default, the calls a busy thread makes within α at the activity floor;
+    /// 0 switches it off (wall-clock σ only, as in the paper). Threads stuck in one call
+    /// are left to the wall-clock rule: a lock's waiters block at their first call too.
+    pub direct_within_calls: u32,
 }
 
 impl Default for Params {
@@ -131,6 +141,7 @@ impl Default for Params {
             min_active_calls: 400,
             persistence_seconds: 3.0,
             min_persistence: 0.7,
+            direct_within_calls: 400,
         }
     }
 }
@@ -271,6 +282,12 @@ impl Params {
         )?;
         positive_seconds("persistence_seconds", self.persistence_seconds)?;
         positive_seconds("corroboration_seconds", self.corroboration_seconds)?;
+        in_range(
+            "direct_within_calls",
+            self.direct_within_calls as usize,
+            0,
+            1 << 24,
+        )?;
         if !(self.min_persistence.is_finite() && (0.0..=1.0).contains(&self.min_persistence)) {
             return Err(err(
                 "min_persistence",
@@ -350,5 +367,10 @@ mod tests {
             };
             assert_eq!(p.validate().unwrap_err().key, "corroboration_seconds");
         }
+        let p = Params {
+            direct_within_calls: 1 << 25,
+            ..Params::default()
+        };
+        assert_eq!(p.validate().unwrap_err().key, "direct_within_calls");
     }
 }

@@ -732,10 +732,20 @@ impl Target {
                 if let Some((e, persistence, stuck)) = first(t, t0) {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
+                    let onset_calls = self.calls_between(t, t0, e.alarm_ns);
+                    // Direct in its own activity: idle at T0, it showed the fault within
+                    // its first `direct_within_calls` calls (see the parameter).
+                    let by_activity = !testable
+                        && !stuck
+                        && sigma >= self.params.alpha_seconds
+                        && self.params.direct_within_calls > 0
+                        && onset_calls <= f64::from(self.params.direct_within_calls);
                     // A thread the fault stopped (stuck in one call) cannot be busy after
                     // T0, yet it is part of the population τ is a share of: without it a
                     // lock that blocks 4 of 10 backends reads as 2 direct of 2 active.
-                    if stuck && !testable && sigma < self.params.alpha_seconds {
+                    // Likewise a thread directly affected in its own activity.
+                    let stopped = stuck && !testable && sigma < self.params.alpha_seconds;
+                    if stopped || by_activity {
                         active += 1;
                         if io {
                             active_io += 1;
@@ -744,6 +754,7 @@ impl Target {
                     findings.push(Finding {
                         onset_seconds: sigma,
                         io,
+                        by_activity,
                     });
                     onsets.push(sigma);
                     votes.push(e.key);
@@ -757,7 +768,7 @@ impl Target {
                         },
                         channel: if e.frequency { "frequency" } else { "time" }.to_string(),
                         persistence,
-                        onset_calls: self.calls_between(t, t0, e.alarm_ns),
+                        onset_calls,
                         calls_per_second_before: self.calls_between(
                             t,
                             t0.saturating_sub(d.persistence_ns),

@@ -446,3 +446,97 @@ fn a_blocked_call_counts_as_stuck_after_the_unit_gap_whatever_alpha() {
     });
     assert!((45.0..45.5).contains(&onset), "onset {onset} s");
 }
+
+/// A server with 5 busy threads and 12 mostly idle workers. Threads 0–3 `read` every ~3 ms
+/// (≈ 100 µs each); thread 4 `write`s at the same pace. Each worker serves a 0.5 s burst
+/// of reads every 2 s and otherwise polls every ~0.3 s (short gaps: one execution unit);
+/// from 38 s on the workers only poll until worker i wakes at 43 + i s and then serves
+/// continuously. From 40 s every read is 10× slower — for a worker only after its first
+/// `worker_hit_after` reads since waking (0: at once, as under an environment fault).
+fn worker_pool_stream(worker_hit_after: u32) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let write = faultline_engine::SyscallId::from_name("write");
+    let poll = faultline_engine::SyscallId::from_name("poll");
+    let (fault, quiet, end) = (40_000_000_000u64, 38_000_000_000u64, 60_000_000_000u64);
+    let mut next = uniform(0x2f3a_9d6b_11c4_e857);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..17u64).map(|i| 1_000_000 + i * 170_000).collect();
+    let mut reads_awake = [0u32; 17];
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let tid = 400 + i as u32;
+        let busy_gap = (2_000_000.0 + 2_000_000.0 * next()) as u64;
+        let mut dur = (60_000.0 + 80_000.0 * next()) as u64;
+        if i < 5 {
+            let sc = if i == 4 { write } else { read };
+            if i < 4 && at >= fault {
+                dur *= 10;
+            }
+            events.push(SyscallEvent::complete(400, tid, sc, at, dur));
+            clocks[i] = at + dur + busy_gap;
+            continue;
+        }
+        let wake = 43_000_000_000 + (i as u64 - 5) * 1_000_000_000;
+        let serving = if at < quiet {
+            (at + (i as u64) * 150_000_000) % 2_000_000_000 < 500_000_000
+        } else {
+            at >= wake
+        };
+        if serving {
+            if at >= wake {
+                reads_awake[i] += 1;
+                if at >= fault && reads_awake[i] > worker_hit_after {
+                    dur *= 10;
+                }
+            }
+            events.push(SyscallEvent::complete(400, tid, read, at, dur));
+            clocks[i] = at + dur + busy_gap;
+        } else {
+            events.push(SyscallEvent::complete(400, tid, poll, at, dur / 2));
+            clocks[i] = at + (200_000_000.0 + 200_000_000.0 * next()) as u64;
+        }
+    }
+    events
+}
+
+/// Packet loss or a CPU fault on a pool of mostly idle workers: each worker shows the
+/// fault as soon as it runs, seconds after the onset in wall time. Judged in its own
+/// activity (its first `direct_within_calls` calls) it is directly affected, and the
+/// fault reads external; a worker that ran hundreds of calls fine before slowing (a bug
+/// in some requests) is not, and the fault stays internal.
+#[test]
+fn idle_workers_hit_as_soon_as_they_run_are_directly_affected() {
+    let trigger = |events: &[SyscallEvent], params: Params| {
+        let mut engine = Engine::new(params).expect("valid params");
+        for chunk in events.chunks(4096) {
+            engine.ingest("svc", chunk);
+        }
+        engine.trigger("svc", 58_000_000_000).expect("report")
+    };
+    let at_once = worker_pool_stream(0);
+    let r = trigger(&at_once, Params::default());
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    let late_direct = r
+        .affected_threads
+        .iter()
+        .filter(|a| a.tid >= 405 && a.onset_seconds >= 2.0 && !a.active)
+        .count();
+    assert!(late_direct >= 8, "{r:#?}");
+    assert!(r.threads.directly_affected > 8, "{r:#?}");
+
+    // Wall-clock σ only (the paper's rule): the late workers are indirect.
+    let r = trigger(
+        &at_once,
+        Params {
+            direct_within_calls: 0,
+            ..Params::default()
+        },
+    );
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+
+    // Workers that slow only after 1,000 good calls were not hit directly.
+    let r = trigger(&worker_pool_stream(1000), Params::default());
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+}
