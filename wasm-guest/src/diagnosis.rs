@@ -14,6 +14,11 @@
 //! calls/s, mostly 1 s futex/poll timeouts), or one too new to have a baseline, could not
 //! have shown a direct impact within α, and counting it would make every environment
 //! fault look local (measured: the CPU-cap case drops from τ = 1.0 to 0.5).
+//!
+//! "Directly affected" is σ < α, or — for a thread that was not busy right after the
+//! onset — showing the fault within its first `direct_within_calls` calls after it
+//! (`Finding::by_activity`; such a thread joins the population): an idle worker cannot
+//! show a fault before it runs.
 
 use crate::report::{DecisionPath, Verdict};
 
@@ -24,6 +29,15 @@ pub struct Finding {
     pub onset_seconds: f64,
     /// The confirming channel is a disk/network I/O syscall.
     pub io: bool,
+    /// Directly affected judged in the thread's own activity (see
+    /// `Params::direct_within_calls`), whatever its wall-clock σ.
+    pub by_activity: bool,
+}
+
+impl Finding {
+    fn direct(&self, alpha_seconds: f64) -> bool {
+        self.onset_seconds < alpha_seconds || self.by_activity
+    }
 }
 
 /// What the diagnosis needs beyond the findings.
@@ -70,7 +84,7 @@ pub fn differentiate(
     let affected = findings.len() as u64;
     let direct = findings
         .iter()
-        .filter(|f| f.onset_seconds < th.alpha_seconds)
+        .filter(|f| f.direct(th.alpha_seconds))
         .count() as u64;
     let active = pop.active.max(direct);
     let onsets: Vec<f64> = findings.iter().map(|f| f.onset_seconds).collect();
@@ -103,7 +117,7 @@ pub fn differentiate(
     if top_ranked_io {
         let direct_io = findings
             .iter()
-            .filter(|f| f.io && f.onset_seconds < th.alpha_seconds)
+            .filter(|f| f.io && f.direct(th.alpha_seconds))
             .count() as u64;
         let active_io = pop.active_io.max(direct_io);
         if active_io > 0 {
@@ -140,6 +154,7 @@ mod tests {
         Finding {
             onset_seconds: onset,
             io,
+            by_activity: false,
         }
     }
 
@@ -184,5 +199,14 @@ mod tests {
         assert_eq!(d.impact_factor_filtered, Some(1.0));
         let d = differentiate(&[], pop(5), TH, false);
         assert_eq!(d.verdict, Verdict::None);
+        // Late in wall time but direct in its own activity: counts as direct.
+        let mut late: Vec<_> = (0..9).map(|_| f(0.1, false)).collect();
+        late.push(Finding {
+            onset_seconds: 3.0,
+            io: false,
+            by_activity: true,
+        });
+        let d = differentiate(&late, pop(10), TH, false);
+        assert_eq!((d.directly_affected, d.verdict), (10, Verdict::External));
     }
 }

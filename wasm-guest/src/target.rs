@@ -78,6 +78,7 @@ struct Derived {
     k: usize,
     gap_ns: u64,
     alpha_ns: u64,
+    corroboration_ns: u64,
     window_ns: u64,
     cadence_ns: u64,
     bin_ns: u64,
@@ -99,6 +100,7 @@ impl Derived {
             k: p.moving_average_k,
             gap_ns: seconds_to_ns(p.gap_threshold()),
             alpha_ns: seconds_to_ns(p.alpha_seconds),
+            corroboration_ns: seconds_to_ns(p.corroboration_seconds),
             window_ns,
             cadence_ns: seconds_to_ns(p.cadence_seconds).max(1),
             bin_ns: (window_ns / BinSet::BINS).max(1),
@@ -674,8 +676,8 @@ impl Target {
             best
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
-        // corroborated by `min_affected_threads` threads within α (an isolated thread's
-        // alarm is not an anomaly of the target). On demand: the alarm time T, as in the
+        // corroborated by `min_affected_threads` threads within `corroboration_seconds`
+        // (an isolated thread's alarm is not an anomaly of the target). On demand: the alarm time T, as in the
         // paper (σ then measures how soon after T each thread showed it), or an earlier
         // corroborated onset in [T − W, T] when the alarm came late.
         let lo = match onset {
@@ -693,7 +695,7 @@ impl Target {
         let cluster = alarms
             .windows(need)
             .find(|w| match (w.first(), w.last()) {
-                (Some(a), Some(b)) => b - a <= d.alpha_ns,
+                (Some(a), Some(b)) => b - a <= d.corroboration_ns,
                 _ => false,
             })
             .and_then(|w| w.first().copied());
@@ -723,10 +725,20 @@ impl Target {
                 if let Some((e, persistence, stuck)) = first(t, t0) {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
+                    let onset_calls = self.calls_between(t, t0, e.alarm_ns);
+                    // Direct in its own activity: idle at T0, it showed the fault within
+                    // its first `direct_within_calls` calls (see the parameter).
+                    let by_activity = !testable
+                        && !stuck
+                        && sigma >= self.params.alpha_seconds
+                        && self.params.direct_within_calls > 0
+                        && onset_calls <= f64::from(self.params.direct_within_calls);
                     // A thread the fault stopped (stuck in one call) cannot be busy after
                     // T0, yet it is part of the population τ is a share of: without it a
                     // lock that blocks 4 of 10 backends reads as 2 direct of 2 active.
-                    if stuck && !testable && sigma < self.params.alpha_seconds {
+                    // Likewise a thread directly affected in its own activity.
+                    let stopped = stuck && !testable && sigma < self.params.alpha_seconds;
+                    if stopped || by_activity {
                         active += 1;
                         if io {
                             active_io += 1;
@@ -735,6 +747,7 @@ impl Target {
                     findings.push(Finding {
                         onset_seconds: sigma,
                         io,
+                        by_activity,
                     });
                     onsets.push(sigma);
                     votes.push(e.key);
@@ -748,7 +761,7 @@ impl Target {
                         },
                         channel: if e.frequency { "frequency" } else { "time" }.to_string(),
                         persistence,
-                        onset_calls: self.calls_between(t, t0, e.alarm_ns),
+                        onset_calls,
                         calls_per_second_before: self.calls_between(
                             t,
                             t0.saturating_sub(d.persistence_ns),
@@ -764,7 +777,8 @@ impl Target {
                 }
             }
         }
-        // Corroborated: `min_affected_threads` lasting outliers within α of each other
+        // Corroborated: `min_affected_threads` lasting outliers within
+        // `corroboration_seconds` of each other
         // somewhere in the window (on demand too: outliers scattered after an alarm are
         // not one anomaly).
         let anomalous = cluster.is_some() && findings.len() >= self.params.min_affected_threads;
@@ -876,7 +890,7 @@ impl Target {
     /// a thread blocked on a lock (or a stalled disk) makes no more calls, so only its
     /// open call can show the impact. It counts as an outlier from the moment its
     /// elapsed time crossed max(8×, Θ·σ·√k above) the baseline geometric mean, and at
-    /// least α after its entry.
+    /// least the execution-unit gap threshold after its entry.
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let p = t.pairer.pending?;
         let d = &self.d;
@@ -888,7 +902,10 @@ impl Target {
         let per_ma =
             r.hi.max(r.mean + d.time_th.sigma * r.sd)
                 .max(r.mean * (1.0 + d.time_th.min_increase));
-        let limit_ns = ((k * per_ma) as u64).max(d.alpha_ns);
+        // A call counts as stuck no sooner than the pause that ends an execution unit:
+        // the same "longer than any normal pause" the unit split uses, independent of
+        // how soon after an onset a thread counts as directly affected (α).
+        let limit_ns = ((k * per_ma) as u64).max(d.gap_ns);
         let crossed = p.enter_ns.saturating_add(limit_ns);
         if crossed > to {
             return None;

@@ -101,6 +101,9 @@ fn borderline_impact_is_resolved_by_dispersion() {
         // The stream was sized for this activity floor (20 calls/s over α = 5 s); the
         // default floor is meant for α ≈ 1 s.
         min_active_calls: 100,
+        // Execution units split at α, as this stream was sized for (the default unit gap
+        // is 1 s whatever α).
+        gap_threshold_seconds: None,
         ..Params::default()
     };
     let s = spec(
@@ -353,4 +356,187 @@ fn threads_stuck_on_a_lock_count_in_the_population() {
     assert!(stuck.iter().all(|t| (200..204).contains(t)));
     assert_eq!(r.active_threads, 7, "{r:#?}");
     assert!((r.impact_factor - 4.0 / 7.0).abs() < 1e-9, "{r:#?}");
+}
+
+/// Sixteen threads call `read` every ~5 ms (≈ 100 µs each, jittered) for 70 s; thread 0
+/// becomes 10× slower at 40 s and thread 1 at 40 s + `lag_seconds`, both for good.
+fn two_lasting_slowdowns(lag_seconds: f64) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let slow_from = [40e9 as u64, (40e9 + lag_seconds * 1e9) as u64];
+    let end = 70e9 as u64;
+    let mut next = uniform(0x5851_f42d_4c95_7f2d);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..16u64).map(|i| 1_000_000 + i * 300_000).collect();
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let mut dur = (60_000.0 + 80_000.0 * next()) as u64;
+        if slow_from.get(i).is_some_and(|&from| at >= from) {
+            dur *= 10;
+        }
+        events.push(SyscallEvent::complete(100, 100 + i as u32, read, at, dur));
+        clocks[i] = at + dur + (3_000_000.0 + 4_000_000.0 * next()) as u64;
+    }
+    events
+}
+
+/// Two threads' lasting slowdowns make one anomaly only when they begin within
+/// `corroboration_seconds` of each other, whatever α: on a healthy server unrelated
+/// lasting outliers come a second or two apart, while a fault's first victims confirm
+/// within a second. (With the cluster tied to α = 2 s, 1.5 s apart would be an anomaly.)
+#[test]
+fn lasting_outliers_corroborate_only_within_the_corroboration_span() {
+    let (reports, mut engine) = run_events(&two_lasting_slowdowns(1.5));
+    assert!(
+        reports.iter().all(|r| r.verdict == Verdict::None),
+        "{:#?}",
+        reports.iter().find(|r| r.verdict != Verdict::None)
+    );
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+
+    // The same two slowdowns close together are one (local) anomaly.
+    let (_, mut engine) = run_events(&two_lasting_slowdowns(0.2));
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    let tids: Vec<u32> = r.affected_threads.iter().map(|a| a.tid).collect();
+    assert!(tids.contains(&100) && tids.contains(&101), "{r:#?}");
+
+    // A wider span joins the 1.5 s apart pair: the test measures the rule, not a quiet
+    // stream.
+    let mut engine = Engine::new(Params {
+        corroboration_seconds: 2.0,
+        ..Params::default()
+    })
+    .expect("valid params");
+    for chunk in two_lasting_slowdowns(1.5).chunks(4096) {
+        engine.ingest("svc", chunk);
+    }
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+}
+
+/// A blocked call counts as stuck once it has lasted the execution-unit gap (1 s by
+/// default), not α: the moment a lock's waiters are found must not move with the
+/// direct/indirect threshold (found later, the other sessions may have gone quiet and
+/// the waiters read as the whole busy population).
+#[test]
+fn a_blocked_call_counts_as_stuck_after_the_unit_gap_whatever_alpha() {
+    let onset_of = |params: Params| {
+        let mut engine = Engine::new(params).expect("valid params");
+        for chunk in lock_stream().chunks(4096) {
+            engine.ingest("svc", chunk);
+        }
+        let r = engine.trigger("svc", 55_000_000_000).expect("report");
+        assert_ne!(r.verdict, Verdict::None, "{r:#?}");
+        r.anomaly_onset_ns.expect("onset") as f64 / 1e9
+    };
+    let wide_alpha = Params {
+        alpha_seconds: 5.0,
+        min_active_calls: 1000,
+        ..Params::default()
+    };
+    let onset = onset_of(wide_alpha.clone());
+    assert!((41.0..41.5).contains(&onset), "onset {onset} s");
+    // The paper's unit gap (= α) delays it to α after the block.
+    let onset = onset_of(Params {
+        gap_threshold_seconds: None,
+        ..wide_alpha
+    });
+    assert!((45.0..45.5).contains(&onset), "onset {onset} s");
+}
+
+/// A server with 5 busy threads and 12 mostly idle workers. Threads 0–3 `read` every ~3 ms
+/// (≈ 100 µs each); thread 4 `write`s at the same pace. Each worker serves a 0.5 s burst
+/// of reads every 2 s and otherwise polls every ~0.3 s (short gaps: one execution unit);
+/// from 38 s on the workers only poll until worker i wakes at 43 + i s and then serves
+/// continuously. From 40 s every read is 10× slower — for a worker only after its first
+/// `worker_hit_after` reads since waking (0: at once, as under an environment fault).
+fn worker_pool_stream(worker_hit_after: u32) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let write = faultline_engine::SyscallId::from_name("write");
+    let poll = faultline_engine::SyscallId::from_name("poll");
+    let (fault, quiet, end) = (40_000_000_000u64, 38_000_000_000u64, 60_000_000_000u64);
+    let mut next = uniform(0x2f3a_9d6b_11c4_e857);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..17u64).map(|i| 1_000_000 + i * 170_000).collect();
+    let mut reads_awake = [0u32; 17];
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let tid = 400 + i as u32;
+        let busy_gap = (2_000_000.0 + 2_000_000.0 * next()) as u64;
+        let mut dur = (60_000.0 + 80_000.0 * next()) as u64;
+        if i < 5 {
+            let sc = if i == 4 { write } else { read };
+            if i < 4 && at >= fault {
+                dur *= 10;
+            }
+            events.push(SyscallEvent::complete(400, tid, sc, at, dur));
+            clocks[i] = at + dur + busy_gap;
+            continue;
+        }
+        let wake = 43_000_000_000 + (i as u64 - 5) * 1_000_000_000;
+        let serving = if at < quiet {
+            (at + (i as u64) * 150_000_000) % 2_000_000_000 < 500_000_000
+        } else {
+            at >= wake
+        };
+        if serving {
+            if at >= wake {
+                reads_awake[i] += 1;
+                if at >= fault && reads_awake[i] > worker_hit_after {
+                    dur *= 10;
+                }
+            }
+            events.push(SyscallEvent::complete(400, tid, read, at, dur));
+            clocks[i] = at + dur + busy_gap;
+        } else {
+            events.push(SyscallEvent::complete(400, tid, poll, at, dur / 2));
+            clocks[i] = at + (200_000_000.0 + 200_000_000.0 * next()) as u64;
+        }
+    }
+    events
+}
+
+/// Packet loss or a CPU fault on a pool of mostly idle workers: each worker shows the
+/// fault as soon as it runs, seconds after the onset in wall time. Judged in its own
+/// activity (its first `direct_within_calls` calls) it is directly affected, and the
+/// fault reads external; a worker that ran hundreds of calls fine before slowing (a bug
+/// in some requests) is not, and the fault stays internal.
+#[test]
+fn idle_workers_hit_as_soon_as_they_run_are_directly_affected() {
+    let trigger = |events: &[SyscallEvent], params: Params| {
+        let mut engine = Engine::new(params).expect("valid params");
+        for chunk in events.chunks(4096) {
+            engine.ingest("svc", chunk);
+        }
+        engine.trigger("svc", 58_000_000_000).expect("report")
+    };
+    let at_once = worker_pool_stream(0);
+    let r = trigger(&at_once, Params::default());
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    let late_direct = r
+        .affected_threads
+        .iter()
+        .filter(|a| a.tid >= 405 && a.onset_seconds >= 2.0 && !a.active)
+        .count();
+    assert!(late_direct >= 8, "{r:#?}");
+    assert!(r.threads.directly_affected > 8, "{r:#?}");
+
+    // Wall-clock σ only (the paper's rule): the late workers are indirect.
+    let r = trigger(
+        &at_once,
+        Params {
+            direct_within_calls: 0,
+            ..Params::default()
+        },
+    );
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+
+    // Workers that slow only after 1,000 good calls were not hit directly.
+    let r = trigger(&worker_pool_stream(1000), Params::default());
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
 }
