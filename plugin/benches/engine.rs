@@ -132,35 +132,20 @@ impl Case {
     /// The real trace as the perf source batches it (per process, ≤ 1 s of trace time).
     fn real() -> Option<Self> {
         let stats = Arc::new(SourceStats::new("perf"));
-        let mut reader =
+        let reader =
             PerfScriptReader::open(std::path::Path::new(REAL_TRACE), Arch::X86_64, stats).ok()?;
-        let mut batches = Vec::new();
-        let mut tids = std::collections::HashSet::new();
-        while let Ok(Some(b)) = reader.next_batch() {
-            let target = b.process.comm.clone().unwrap_or_else(|| "unknown".into());
-            tids.extend(b.events.iter().map(|e| e.tid));
-            batches.push((target, b.events));
-        }
-        let events = batches.iter().map(|(_, e)| e.len()).sum();
-        let all: Vec<SyscallEvent> = batches
-            .iter()
-            .flat_map(|(_, b)| b.iter().copied())
-            .collect();
-        Some(Self {
-            name: "real".into(),
-            threads: format!("real ({})", tids.len()),
-            shape: "EnterExit".into(),
-            interleaving: "real",
-            locality: thread_locality(&all, 8),
-            batches,
-            events,
-        })
+        Self::decoded("real", "real", reader)
     }
 
     /// The real LTTng trace as the LTTng source batches it (babeltrace2 + parse, before timing).
     fn real_lttng() -> Option<Self> {
         let stats = Arc::new(SourceStats::new("lttng"));
-        let mut reader = faultline::sources::lttng::open(REAL_LTTNG, Arch::X86_64, stats).ok()?;
+        let reader = faultline::sources::lttng::open(REAL_LTTNG, Arch::X86_64, stats).ok()?;
+        Self::decoded("lttng", "LTTng", reader)
+    }
+
+    /// A real trace decoded by `reader` into batches, each routed to its process's target.
+    fn decoded(name: &str, label: &str, mut reader: impl BatchReader) -> Option<Self> {
         let mut batches = Vec::new();
         let mut tids = std::collections::HashSet::new();
         while let Ok(Some(b)) = reader.next_batch() {
@@ -177,8 +162,8 @@ impl Case {
             .flat_map(|(_, b)| b.iter().copied())
             .collect();
         Some(Self {
-            name: "lttng".into(),
-            threads: format!("LTTng ({})", tids.len()),
+            name: name.into(),
+            threads: format!("{label} ({})", tids.len()),
             shape: "EnterExit".into(),
             interleaving: "real",
             locality: thread_locality(&all, 8),

@@ -261,19 +261,24 @@ fn run_events(events: &[SyscallEvent]) -> (Vec<Report>, Engine) {
     (reports, engine)
 }
 
-/// A healthy server's bursts (a checkpoint's fsyncs) hit many threads at once and are over
-/// in a second: nobody feels them, so no verdict — in continuous mode and on demand. The
-/// same slowdown lasting is an external fault.
-#[test]
-fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasting_is() {
-    let (reports, mut engine) = run_events(&burst_stream(1.0));
+/// No verdict on `events`: in every continuous report, and on demand at `trigger_at_ns`.
+fn assert_no_verdict(events: &[SyscallEvent], trigger_at_ns: u64) {
+    let (reports, mut engine) = run_events(events);
     assert!(
         reports.iter().all(|r| r.verdict == Verdict::None),
         "{:#?}",
         reports.iter().find(|r| r.verdict != Verdict::None)
     );
-    let r = engine.trigger("svc", 41_000_000_000).expect("report");
+    let r = engine.trigger("svc", trigger_at_ns).expect("report");
     assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+}
+
+/// A healthy server's bursts (a checkpoint's fsyncs) hit many threads at once and are over
+/// in a second: nobody feels them, so no verdict — in continuous mode and on demand. The
+/// same slowdown lasting is an external fault.
+#[test]
+fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasting_is() {
+    assert_no_verdict(&burst_stream(1.0), 41_000_000_000);
 
     let (reports, mut engine) = run_events(&burst_stream(30.0));
     let first = reports
@@ -387,14 +392,7 @@ fn two_lasting_slowdowns(lag_seconds: f64) -> Vec<SyscallEvent> {
 /// within a second. (With the cluster tied to α = 2 s, 1.5 s apart would be an anomaly.)
 #[test]
 fn lasting_outliers_corroborate_only_within_the_corroboration_span() {
-    let (reports, mut engine) = run_events(&two_lasting_slowdowns(1.5));
-    assert!(
-        reports.iter().all(|r| r.verdict == Verdict::None),
-        "{:#?}",
-        reports.iter().find(|r| r.verdict != Verdict::None)
-    );
-    let r = engine.trigger("svc", 45_000_000_000).expect("report");
-    assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+    assert_no_verdict(&two_lasting_slowdowns(1.5), 45_000_000_000);
 
     // The same two slowdowns close together are one (local) anomaly.
     let (_, mut engine) = run_events(&two_lasting_slowdowns(0.2));
