@@ -29,15 +29,22 @@ from rw import diagnose, otlp_case  # noqa: E402
 from rw.apps import APPS  # noqa: E402
 from rw.case import Timing, run_case  # noqa: E402
 from rw.env import Env, require, sh  # noqa: E402
-from rw.faults import EXTERNAL, NoFault  # noqa: E402
+from rw.faults import EXTERNAL, CpuCap, NoFault  # noqa: E402
 from rw.live import LivePlugin  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SMOKE = {"postgres": ["control", "cpu_cap", "lock_table"]}
+# CI's CPU cap is below the server's demand (about 3 % of a CPU under the standard load), so
+# every thread stalls: a clear-cut environment fault. The full matrix's 5 % cap is marginal
+# (p50 ×2, throughput unchanged); its outcomes vary from run to run and are what
+# RESULTS.md measures, not what a CI gate should hinge on (one of 8 recordings reads
+# internal: CI of 2026-11-23).
+SMOKE_FAULTS = {"cpu_cap": lambda: CpuCap(fraction=0.02)}
 
 
-def plan(instances, faults):
-    """[(app, fault name, fault factory)] in run order: a control first and last."""
+def plan(instances, faults, overrides=None):
+    """[(app, fault name, fault factory)] in run order: a control first and last;
+    `overrides` replaces factories by fault name."""
     out = []
     for name, app in instances.items():
         internal = app.internal_faults()
@@ -49,6 +56,7 @@ def plan(instances, faults):
                 print(f"skip {name}_{f}: {app.unsupported[f]}")
                 continue
             factory = NoFault if f.startswith("control") else EXTERNAL.get(f) or internal[f]
+            factory = (overrides or {}).get(f, factory)
             out.append((app, f, factory))
     return out
 
@@ -161,7 +169,7 @@ def main():
         try:
             instances = {name: APPS[name](args.root) for name in apps}
             prepared = set()
-            for app, fname, factory in plan(instances, faults):
+            for app, fname, factory in plan(instances, faults, SMOKE_FAULTS if args.smoke else None):
                 name = app.name
                 if name not in prepared:
                     prepared.add(name)

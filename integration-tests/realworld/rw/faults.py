@@ -31,8 +31,14 @@ class Fault:
 class CpuCap(Fault):
     subsystem = "cpu"
 
+    def __init__(self, fraction=None):
+        """`fraction` of one CPU; default: the app's `cpu_cap_fraction` (marginal: just below
+        its demand under the standard load)."""
+        super().__init__()
+        self.fraction = fraction
+
     def start(self, env, app):
-        frac = app.cpu_cap_fraction
+        frac = self.fraction or app.cpu_cap_fraction
         self.description = f"cgroup CPU quota: the server capped at {frac * 100:.0f}% of one CPU"
         self.details = {"quota_fraction": frac}
         env.cgroup.set_cpu_quota(frac)
