@@ -17,7 +17,8 @@
 //!
 //! Modes: continuous (`ingest` emits one report per target per cadence tick in event
 //! time, T0 detected), on demand (`trigger(target, T)`: T0 = T, the paper's setting),
-//! end of stream (`finish`) and calibration (`calibrate`: α = largest σ, β = Ω).
+//! end of stream (`finish`) and calibration (`calibrate`: α = largest σ of the busy threads, never below the
+//! configured α; β = their dispersion).
 
 use std::collections::HashMap;
 

@@ -245,11 +245,20 @@ pub struct AffectedThread {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub target: String,
-    /// Largest onset time among the affected threads.
+    /// α to use: the largest onset among the threads busy at the fault (far-out
+    /// stragglers set aside), never below the configured α.
     pub alpha_seconds: f64,
     /// Onset dispersion observed under the known external fault.
     pub beta_seconds: f64,
+    /// The largest onset itself, before the floor (for the operator's record).
+    pub measured_alpha_seconds: f64,
+    /// `min_active_calls` scaled to the calibrated α (the same calls per second).
+    pub min_active_calls: u32,
+    /// `direct_within_calls` scaled likewise.
+    pub direct_within_calls: u32,
     pub affected_threads: u64,
+    /// Onsets left out of α as far-out stragglers.
+    pub stragglers: u64,
     pub window_start_ns: u64,
     pub window_end_ns: u64,
 }

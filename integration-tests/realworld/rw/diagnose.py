@@ -57,14 +57,15 @@ def pick(analysis, truth, mode):
 
 
 def calibrate(binary, case_dir, truth, targets=()):
-    """α/β from a case recorded under a known external fault: ["--set", "alpha_seconds=…", …]."""
+    """α/β (and the activity floors scaled with α) from a case recorded under a known external
+    fault: ["--set", "alpha_seconds=…", …]."""
     cmd = [binary, "calibrate", "--input", f"perf:{os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))}",
            "--no-progress", "--fault-start-ns", str(split_ns(truth))]
     for t in targets:
         cmd += ["--target", t]
     out = subprocess.run(cmd, capture_output=True, text=True)
     sets = []
-    for key in ("alpha_seconds", "beta_seconds"):
+    for key in ("alpha_seconds", "beta_seconds", "min_active_calls", "direct_within_calls"):
         m = re.search(rf"{key}\s*=\s*([0-9.eE+-]+)", out.stdout)
         if m:
             sets += ["--set", f"{key}={m.group(1)}"]

@@ -29,8 +29,24 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     for target in &targets {
         match engine.calibrate(target, args.fault_start_ns).context("calibration")? {
             Some(c) => {
-                println!("# calibrated from {} ({} affected threads, window {:.3}–{:.3} s)", args.offline.input.path.display(), c.affected_threads, c.window_start_ns as f64 / 1e9, c.window_end_ns as f64 / 1e9);
-                println!("[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n", c.target, c.target, c.alpha_seconds, c.beta_seconds);
+                println!(
+                    "# calibrated from {} ({} affected threads, window {:.3}–{:.3} s; largest onset of the busy threads {:.3} s, {} far-out straggler(s) left out)",
+                    args.offline.input.path.display(),
+                    c.affected_threads,
+                    c.window_start_ns as f64 / 1e9,
+                    c.window_end_ns as f64 / 1e9,
+                    c.measured_alpha_seconds,
+                    c.stragglers
+                );
+                println!(
+                    "[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n[targets.analysis]\nmin_active_calls = {}\ndirect_within_calls = {}\n",
+                    c.target,
+                    c.target,
+                    c.alpha_seconds,
+                    c.beta_seconds,
+                    c.min_active_calls,
+                    c.direct_within_calls
+                );
                 printed += 1;
             }
             None => eprintln!("target {target}: no affected threads found — is there a known external fault in this trace (see --fault-start-ns)?"),
