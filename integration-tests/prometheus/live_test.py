@@ -295,7 +295,8 @@ def check_diagnosis_alert(prom, target, instance, verdict, report, has_report):
         assert now and now["window_end_ns"] == report["window_end_ns"], "a new report arrived during the check"
     assert target in ann["summary"], ann
     # The annotation joins must carry the report's own diagnosis, not fallbacks.
-    assert ann["hint"] == report["hint"], f"hint annotation {ann['hint']!r} != report hint {report['hint']!r}"
+    # The sink cuts the hint to MAX_HINT_CHARS (256) characters: it is a label value.
+    assert ann["hint"] == report["hint"][:256], f"hint annotation {ann['hint']!r} != report hint {report['hint']!r}"
     top = report["top_syscalls_by_time"]
     if top:
         assert f"{top[0]['syscall']} (+" in ann["description"], f"top syscall {top[0]['syscall']} missing: {ann['description']}"

@@ -8,8 +8,9 @@
 //!   listener) with its own syscall mix, drawn from real syscall names;
 //! * call durations are log-normal per syscall type, with an occasional Pareto tail
 //!   (lock waits, disk stalls);
-//! * gaps between calls are exponential, with rare long idle gaps (a pooled thread
-//!   parked between requests) that split execution units;
+//! * gaps between calls are exponential; rarely a thread parks for 1–4 s between
+//!   requests, inside a `futex` wait as pooled threads do (in real traces a busy thread
+//!   never pauses that long *outside* a call unless something stalls it);
 //! * optionally, calls come in *bursts* ([`BurstSpec`]): a thread runs, makes a few calls
 //!   back to back, then blocks — what a kernel trace of a server with thousands of threads
 //!   looks like, as only a few of them are on a CPU at any moment;
@@ -372,6 +373,8 @@ struct ThreadState {
 /// The time-ordered event iterator returned by [`generate`].
 pub struct Stream {
     types: Vec<ResolvedType>,
+    /// The call a parked thread waits in (`futex`).
+    park: SyscallId,
     /// Per role, cumulative weights over `types`.
     role_cdf: Vec<Vec<f64>>,
     threads: Vec<ThreadState>,
@@ -435,6 +438,7 @@ impl Stream {
         }
         Self {
             types,
+            park: SyscallId::from_name("futex"),
             role_cdf,
             threads,
             heap,
@@ -477,16 +481,20 @@ impl Stream {
         };
         let idle = th.rng.next_f64();
         let idle_len = th.rng.next_f64();
-        if idle < IDLE_P {
-            gap_s += IDLE_MIN_S + (IDLE_MAX_S - IDLE_MIN_S) * idle_len;
-        }
+        let id = if idle < IDLE_P {
+            // Parked between requests: this call is the wait.
+            dur_s = IDLE_MIN_S + (IDLE_MAX_S - IDLE_MIN_S) * idle_len;
+            self.park
+        } else {
+            ty.id
+        };
         if let (Some(onset), Some(f)) = (th.onset_ns, self.fault.as_ref()) {
-            if at >= onset && f.scope.covers(ty.id) {
+            if at >= onset && f.scope.covers(id) {
                 dur_s *= positive_or_one(f.duration_multiplier);
                 gap_s /= positive_or_one(f.rate_multiplier);
             }
         }
-        Some((ty.id, secs_to_ns(dur_s).max(1), secs_to_ns(gap_s)))
+        Some((id, secs_to_ns(dur_s).max(1), secs_to_ns(gap_s)))
     }
 }
 

@@ -470,6 +470,14 @@ impl Target {
         // 1. Execution units: split on a gap larger than the threshold.
         let mut gap = None;
         if th.last_exit_ns == 0 || call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
+            if let Some(e) = stall_episode(th, call.enter_ns, d, self.params.stall_min_calls) {
+                if !th.dirty {
+                    th.dirty = true;
+                    self.dirty_threads += 1;
+                }
+                th.last_episode_ns = e.alarm_ns.max(1);
+                th.push_episode(e);
+            }
             th.start_unit(call.enter_ns);
         } else if call.enter_ns >= th.last_exit_ns {
             gap = Some(call.enter_ns - th.last_exit_ns);
@@ -588,6 +596,7 @@ impl Target {
                     unit_start_ns: th.unit_start_ns,
                     key,
                     frequency,
+                    stall: false,
                     top,
                 });
             }
@@ -657,7 +666,7 @@ impl Target {
         // A thread's earliest outlier at or after `lo` that lasted (see
         // `min_persistence`), with its persistence: a blip before the fault does not
         // hide the thread's later, real impact, and blips alone make no anomaly. The
-        // flag says the episode is the thread's stuck call.
+        // flag says the episode stopped the thread (its stuck call, or a stall).
         let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool)> {
             let stuck = self.lasting_inflight(t, to);
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
@@ -669,8 +678,10 @@ impl Target {
                 if best.is_some_and(|(b, _, _)| b.alarm_ns <= e.alarm_ns) {
                     continue;
                 }
-                if let Some(p) = self.persistence(t, e.alarm_ns, to, stuck.is_some()) {
-                    best = Some((*e, p, false));
+                // A stall stopped the thread, like a stuck call: it lasted by definition.
+                let stopped = stuck.is_some() || e.stall;
+                if let Some(p) = self.persistence(t, e.alarm_ns, to, stopped) {
+                    best = Some((*e, p, e.stall));
                 }
             }
             best
@@ -754,7 +765,9 @@ impl Target {
                     listed.push(AffectedThread {
                         tid: t.tid,
                         onset_seconds: sigma,
-                        syscall: if e.key == GAP_KEY {
+                        syscall: if e.stall {
+                            "stall".to_string()
+                        } else if e.key == GAP_KEY {
                             "cpu_gap".to_string()
                         } else {
                             SyscallId(e.key).name().to_string()
@@ -896,16 +909,7 @@ impl Target {
         let d = &self.d;
         let ch = t.chans.iter().find(|c| c.key == p.syscall.0)?;
         let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
-        let k = d.k as f32;
-        // The moving average containing this call exceeds the baseline whatever the
-        // other k − 1 calls are once the call alone passes k × the threshold.
-        let per_ma =
-            r.hi.max(r.mean + d.time_th.sigma * r.sd)
-                .max(r.mean * (1.0 + d.time_th.min_increase));
-        // A call counts as stuck no sooner than the pause that ends an execution unit:
-        // the same "longer than any normal pause" the unit split uses, independent of
-        // how soon after an onset a thread counts as directly affected (α).
-        let limit_ns = ((k * per_ma) as u64).max(d.gap_ns);
+        let limit_ns = single_value_limit(&r, d);
         let crossed = p.enter_ns.saturating_add(limit_ns);
         if crossed > to {
             return None;
@@ -922,6 +926,7 @@ impl Target {
             unit_start_ns: t.unit_start_ns,
             key: p.syscall.0,
             frequency: false,
+            stall: false,
             top,
         })
     }
@@ -953,26 +958,7 @@ impl Target {
 
     /// `t`'s calls in `[a, b)`, edge bins counted pro rata.
     fn calls_between(&self, t: &Thread, a: u64, b: u64) -> f64 {
-        let bin = self.d.bin_ns;
-        if b <= a {
-            return 0.0;
-        }
-        let (la, lb) = (a / bin, b / bin);
-        let part = |bi: u64, from: u64, to: u64| {
-            t.calls.sum(bi, bi) as f64 * (to - from) as f64 / bin as f64
-        };
-        if la == lb {
-            return part(la, a, b);
-        }
-        // `a < (la + 1)·bin ≤ lb·bin ≤ b` here, so neither product overflows.
-        let head = part(la, a, (la + 1) * bin);
-        let tail = part(lb, lb * bin, b);
-        let mid = if lb > la + 1 {
-            t.calls.sum(la + 1, lb - 1) as f64
-        } else {
-            0.0
-        };
-        head + mid + tail
+        calls_in(t, a, b, self.d.bin_ns)
     }
 
     fn threads_seen(&self, from: u64, to: u64) -> u64 {
@@ -1115,6 +1101,82 @@ impl Target {
     pub fn thread_count(&self) -> usize {
         self.threads.len()
     }
+}
+
+/// `t`'s calls in `[a, b)` from its per-bin counts (bins of `bin` ns), edge bins counted
+/// pro rata.
+fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {
+    if b <= a || bin == 0 {
+        return 0.0;
+    }
+    let (la, lb) = (a / bin, b / bin);
+    let part =
+        |bi: u64, from: u64, to: u64| t.calls.sum(bi, bi) as f64 * (to - from) as f64 / bin as f64;
+    if la == lb {
+        return part(la, a, b);
+    }
+    // `a < (la + 1)·bin ≤ lb·bin ≤ b` here, so neither product overflows.
+    let head = part(la, a, (la + 1) * bin);
+    let tail = part(lb, lb * bin, b);
+    let mid = if lb > la + 1 {
+        t.calls.sum(la + 1, lb - 1) as f64
+    } else {
+        0.0
+    };
+    head + mid + tail
+}
+
+/// The least single value (ns) that alone lifts a moving average over the outlier
+/// threshold of `r` whatever the other k − 1 values are (k × the threshold), and no less
+/// than the execution-unit gap: the same "longer than any normal pause" the unit split
+/// uses, independent of how soon after an onset a thread counts as directly affected (α).
+fn single_value_limit(r: &crate::detector::Reference, d: &Derived) -> u64 {
+    let per_ma =
+        r.hi.max(r.mean + d.time_th.sigma * r.sd)
+            .max(r.mean * (1.0 + d.time_th.min_increase));
+    ((d.k as f32 * per_ma) as u64).max(d.gap_ns)
+}
+
+/// A *stall*: the thread, busy until its last call returned at `th.last_exit_ns`, made
+/// no call until `resume_ns`, without being in one — stopped outside the kernel's
+/// syscall path (page-fault reclaim under a memory cap, CPU throttling, a user-space
+/// spin). Such a gap is longer than the unit gap, so it starts a new execution unit and
+/// never reaches the gap channel's moving averages; without this rule the fault is
+/// invisible exactly where it hits hardest (measured: PostgreSQL under a memory cap, 9–10
+/// busy backends stopped 1.2–8.8 s at once; no busy thread of 29 fault-free recordings
+/// ever paused over 1 s outside a call). It counts when the thread made `min_calls` calls
+/// in the second before (`Params::stall_min_calls`) and the gap alone lifts its gap
+/// channel over the threshold ([`single_value_limit`]), the rule a stuck call meets.
+fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, min_calls: u32) -> Option<Episode> {
+    let last = th.last_exit_ns;
+    if last == 0 || min_calls == 0 || th.pairer.pending.is_some() {
+        return None;
+    }
+    let before = calls_in(th, last.saturating_sub(1_000_000_000), last, d.bin_ns);
+    if before < f64::from(min_calls) {
+        return None;
+    }
+    let ch = th.chans.iter().find(|c| c.key == GAP_KEY)?;
+    let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
+    let limit_ns = single_value_limit(&r, d);
+    let gap = resume_ns.checked_sub(last)?;
+    if gap < limit_ns {
+        return None;
+    }
+    let mut top = [Increase::default(); EPISODE_TOP];
+    top[0] = Increase {
+        key: GAP_KEY,
+        time: detector::increase(gap as f32, r.mean).max(0.0),
+        freq: 0.0,
+    };
+    Some(Episode {
+        alarm_ns: last.saturating_add(limit_ns),
+        unit_start_ns: th.unit_start_ns,
+        key: GAP_KEY,
+        frequency: false,
+        stall: true,
+        top,
+    })
 }
 
 /// `sorted` without its far-out high values (above Q3 + 3·IQR, Tukey's fence), when there

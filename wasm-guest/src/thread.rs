@@ -200,6 +200,8 @@ pub struct Episode {
     pub key: u16,
     /// Confirmed on the frequency channel (rather than execution time).
     pub frequency: bool,
+    /// A stall: the thread stopped outside any call (see `target::stall_episode`).
+    pub stall: bool,
     pub top: [Increase; EPISODE_TOP],
 }
 

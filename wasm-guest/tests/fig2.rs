@@ -10,14 +10,16 @@ const PID: u32 = 7;
 const TID: u32 = 7;
 
 /// The paper's literal detector: k = 2, a single outlier moving average is enough
-/// (`confirm_runs = 1`), one affected thread makes an anomaly, and it need not last
-/// (`min_persistence = 0`: the example ends at its outlier).
+/// (`confirm_runs = 1`), one affected thread makes an anomaly, it need not last
+/// (`min_persistence = 0`: the example ends at its outlier), and the pause that starts
+/// λ1 is only a unit boundary (`stall_min_calls = 0`), as in the paper.
 fn params() -> Params {
     Params {
         moving_average_k: 2,
         confirm_runs: 1,
         min_affected_threads: 1,
         min_persistence: 0.0,
+        stall_min_calls: 0,
         ..Params::default()
     }
 }
