@@ -1,8 +1,7 @@
 //! The one plain-language sentence of a report, from the verdict, the subsystem and the
-//! top-ranked syscall.
-//!
-//! Delegates to the support engineer's `hints` table when it is compiled in; this
-//! wrapper only adds the top syscall's name so the sentence points at evidence.
+//! top-ranked syscall (PerfCompass Tables 4–5 turn the affected syscalls into such
+//! hints), so a dashboard or alert says what to check first; the top syscall's name and
+//! increase point at the evidence.
 
 use crate::report::{RankedSyscall, Subsystem, Verdict};
 

@@ -20,7 +20,6 @@ pub mod detector;
 pub mod diagnosis;
 pub mod engine;
 pub mod event;
-pub mod hints;
 pub mod pairing;
 pub mod params;
 pub mod prefetch;
