@@ -87,7 +87,8 @@ pub struct Params {
     /// Span within which `min_affected_threads` lasting outliers must fall to make one
     /// anomaly (corroboration). 1 s, deliberately not α: a healthy server has unrelated
     /// lasting outliers a second or two apart (measured on an Apache control), while a
-    /// fault's first victims confirm within a second of each other.
+    /// fault's first victims confirm within a second of each other. Threads all still
+    /// stuck in a call corroborate each other whatever the span (they are stopped at once).
     pub corroboration_seconds: f64,
     /// How long after a thread's first confirmed outlier its persistence is measured.
     /// A fault lasts; a healthy server's bursts (a checkpoint's fsyncs, a cache refill)

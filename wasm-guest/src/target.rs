@@ -695,21 +695,27 @@ impl Target {
             Onset::At(t) => t.saturating_sub(d.window_ns).max(from),
             Onset::Detect => from,
         };
-        let mut alarms: Vec<u64> = self
+        // (alarm, still stuck in its call at `to`)
+        let mut alarms: Vec<(u64, bool)> = self
             .threads
             .iter()
             .filter_map(|t| first(t, lo))
-            .map(|(e, _, _)| e.alarm_ns)
+            .map(|(e, _, stopped)| (e.alarm_ns, stopped && !e.stall))
             .collect();
         alarms.sort_unstable();
         let need = self.params.min_affected_threads.max(1);
+        // Threads all still stuck in a call at `to` are stopped at the same time, however
+        // far apart their calls crossed the stuck limit (which depends on each thread's
+        // baseline): a lock's waiters, whose limits differ by seconds.
         let cluster = alarms
             .windows(need)
             .find(|w| match (w.first(), w.last()) {
-                (Some(a), Some(b)) => b - a <= d.corroboration_ns,
+                (Some(a), Some(b)) => {
+                    b.0 - a.0 <= d.corroboration_ns || w.iter().all(|&(_, stuck)| stuck)
+                }
                 _ => false,
             })
-            .and_then(|w| w.first().copied());
+            .and_then(|w| w.first().map(|&(at, _)| at));
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.

@@ -632,3 +632,63 @@ fn busy_threads_stalled_outside_their_calls_at_once_are_an_external_fault() {
         "{r:#?}"
     );
 }
+
+/// Seven threads call `futex` then `read` ≈ 300 times a second; thread 1's futex waits
+/// are long (≈ 500 ms, a condition-variable wait), the others' short (≈ 40 µs). At 40 s
+/// threads 0 and 1 block in a `futex` that never returns; the others carry on.
+fn staggered_lock_stream() -> Vec<SyscallEvent> {
+    let futex = faultline_engine::SyscallId::from_name("futex");
+    let read = faultline_engine::SyscallId::from_name("read");
+    let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
+    let mut next = uniform(0xbb67_ae85_84ca_a73b);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..7u64).map(|i| 1_000_000 + i * 100_000).collect();
+    let mut blocked = [false; 7];
+    let mut turn = [0u32; 7];
+    while let Some((i, &at)) = clocks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !blocked[*i])
+        .min_by_key(|(_, &t)| t)
+    {
+        if at >= end {
+            break;
+        }
+        let tid = 400 + i as u32;
+        if i < 2 && at >= block_at {
+            events.push(SyscallEvent::enter(400, tid, futex, at));
+            blocked[i] = true;
+            continue;
+        }
+        let (sc, dur) = match (turn[i] % 2, i) {
+            (0, 1) => (futex, (400_000_000.0 + 200_000_000.0 * next()) as u64),
+            (0, _) => (futex, (20_000.0 + 40_000.0 * next()) as u64),
+            _ => (read, (30_000.0 + 60_000.0 * next()) as u64),
+        };
+        turn[i] += 1;
+        events.push(SyscallEvent::complete(400, tid, sc, at, dur));
+        clocks[i] = at + dur + (1_000_000.0 + 1_400_000.0 * next()) as u64;
+    }
+    events
+}
+
+/// Two threads blocked by the same lock cross their stuck limits seconds apart (each
+/// limit follows its own futex baseline), yet both are stopped at once: they corroborate
+/// each other whatever `corroboration_seconds` says.
+#[test]
+fn threads_stuck_at_the_same_time_corroborate_each_other() {
+    let (_, mut engine) = run_events(&staggered_lock_stream());
+    let r = engine.trigger("svc", 50_000_000_000).expect("report");
+    let stuck: Vec<(u32, f64)> = r
+        .affected_threads
+        .iter()
+        .filter(|a| a.syscall == "futex" && a.persistence == 1.0)
+        .map(|a| (a.tid, a.onset_seconds))
+        .collect();
+    assert_eq!(stuck.len(), 2, "{r:#?}");
+    assert!(stuck.iter().all(|(t, _)| (400..402).contains(t)));
+    // Their limits are seconds apart: more than the corroboration span.
+    let spread = (stuck[0].1 - stuck[1].1).abs();
+    assert!(spread > Params::default().corroboration_seconds, "{r:#?}");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+}
