@@ -667,8 +667,13 @@ impl Target {
         // `min_persistence`), with its persistence: a blip before the fault does not
         // hide the thread's later, real impact, and blips alone make no anomaly. The
         // flag says the episode stopped the thread (its stuck call, or a stall).
+        // A call is known to be in flight only up to the latest event seen: an on-demand
+        // alarm can name a time the data has not reached yet (a live perf pipeline lags
+        // by seconds), and measuring open calls up to it would make every thread look
+        // stuck (measured: a live PostgreSQL control read external, τ = 1.0).
+        let seen = to.min(self.now_ns);
         let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool)> {
-            let stuck = self.lasting_inflight(t, to);
+            let stuck = self.lasting_inflight(t, seen);
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
             for e in t
                 .episodes

@@ -692,3 +692,35 @@ fn threads_stuck_at_the_same_time_corroborate_each_other() {
     assert!(spread > Params::default().corroboration_seconds, "{r:#?}");
     assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
 }
+
+/// An on-demand alarm can name a time the data has not reached yet (a live perf pipeline
+/// lags by seconds). Calls still open at the end of the data are in flight only as far as
+/// the data knows: they do not become "stuck" for the lag.
+#[test]
+fn an_alarm_ahead_of_the_data_does_not_make_open_calls_stuck() {
+    let epoll = faultline_engine::SyscallId::from_name("epoll_wait");
+    let end = 70_000_000_000u64;
+    let mut next = uniform(0x3c6e_f372_fe94_f82b);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..12u64).map(|i| 1_000_000 + i * 250_000).collect();
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let tid = 500 + i as u32;
+        let dur = (2_000_000.0 + 8_000_000.0 * next()) as u64;
+        events.push(SyscallEvent::enter(500, tid, epoll, at));
+        if at + dur < end {
+            events.push(SyscallEvent::exit(500, tid, epoll, at + dur, Some(0)));
+            clocks[i] = at + dur + (100_000.0 + 200_000.0 * next()) as u64;
+        } else {
+            // The data ends with this call open.
+            clocks[i] = u64::MAX;
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", end + 8_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+    assert!(r.affected_threads.is_empty(), "{r:#?}");
+}
