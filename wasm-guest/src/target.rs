@@ -13,7 +13,7 @@
 //! unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (896 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` (244 B) + 8·k bytes) + episodes
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (96 + 152 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.9 +
 //! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
@@ -44,7 +44,8 @@ use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{
-    BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY,
+    BinSet, CallBins, Chan, ChanCold, Episode, Increase, Series, SeriesCold, Thread, EPISODE_TOP,
+    GAP_KEY,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -156,9 +157,14 @@ impl Pool {
 /// Re-derives the gates of a thread's own baselines (see [`Baseline::refresh`]).
 fn refresh_thread(t: &mut Thread, d: &Derived) {
     let sigma = d.time_th.sigma;
-    for ch in &mut t.chans {
-        ch.dur.baseline.refresh(d.min_n, d.min_epochs, sigma);
-        ch.ia.baseline.refresh(d.min_n, d.min_epochs, sigma);
+    for (ch, cold) in t.chans.iter_mut().zip(&t.cold) {
+        let (min_n, min_epochs) = (d.min_n, d.min_epochs);
+        ch.dur
+            .baseline
+            .refresh(&cold.dur.baseline, min_n, min_epochs, sigma);
+        ch.ia
+            .baseline
+            .refresh(&cold.ia.baseline, min_n, min_epochs, sigma);
     }
 }
 
@@ -486,10 +492,20 @@ impl Target {
         let ts = call.enter_ns;
         if let Some(g) = gap {
             let ci = th.chan_index(GAP_KEY, k, d.max_chans);
-            if let Some((ch, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+            if let Some((ch, cold, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
                 let x = g as f32;
-                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d)
-                {
+                let pools = &mut self.pools;
+                if let Some(r) = feed(
+                    &mut ch.dur,
+                    &mut cold.dur,
+                    ring,
+                    GAP_KEY,
+                    pools,
+                    false,
+                    x,
+                    ts,
+                    d,
+                ) {
                     tested = true;
                     outlying |= ch.dur.run;
                     if let Some(run) = r {
@@ -504,13 +520,23 @@ impl Target {
             Some(ci) => {
                 let mut key_tested = false;
                 // (The rings always match the channels, so the parts are always there.)
-                if let Some((ch, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
+                if let Some((ch, cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
                     let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
                         .then(|| ts - ch.last_enter_ns);
                     ch.last_enter_ns = ts.max(1);
                     let pools = &mut self.pools;
                     let x = call.duration_ns as f32;
-                    if let Some(r) = feed(&mut ch.dur, ring_dur, key, pools, false, x, ts, d) {
+                    if let Some(r) = feed(
+                        &mut ch.dur,
+                        &mut cold.dur,
+                        ring_dur,
+                        key,
+                        pools,
+                        false,
+                        x,
+                        ts,
+                        d,
+                    ) {
                         key_tested = true;
                         outlying |= ch.dur.run;
                         if let Some(run) = r {
@@ -519,7 +545,17 @@ impl Target {
                     }
                     if let Some(x) = ia {
                         let x = -(x as f32);
-                        if let Some(r) = feed(&mut ch.ia, ring_ia, key, pools, true, x, ts, d) {
+                        if let Some(r) = feed(
+                            &mut ch.ia,
+                            &mut cold.ia,
+                            ring_ia,
+                            key,
+                            pools,
+                            true,
+                            x,
+                            ts,
+                            d,
+                        ) {
                             key_tested = true;
                             outlying |= ch.ia.run;
                             if let Some(run) = r {
@@ -615,11 +651,15 @@ impl Target {
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in self.threads.iter_mut() {
             let clean = target_clean && !t.dirty;
-            for ch in &mut t.chans {
-                ch.dur.baseline.rotate(clean, max_n);
-                ch.dur.baseline.refresh(min_n, min_epochs, sigma);
-                ch.ia.baseline.rotate(clean, max_n);
-                ch.ia.baseline.refresh(min_n, min_epochs, sigma);
+            for (ch, cold) in t.chans.iter_mut().zip(t.cold.iter_mut()) {
+                cold.dur.baseline.rotate(&mut ch.dur.baseline, clean, max_n);
+                ch.dur
+                    .baseline
+                    .refresh(&cold.dur.baseline, min_n, min_epochs, sigma);
+                cold.ia.baseline.rotate(&mut ch.ia.baseline, clean, max_n);
+                ch.ia
+                    .baseline
+                    .refresh(&cold.ia.baseline, min_n, min_epochs, sigma);
             }
             t.dirty = false;
         }
@@ -894,8 +934,8 @@ impl Target {
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let p = t.pairer.pending?;
         let d = &self.d;
-        let ch = t.chans.iter().find(|c| c.key == p.syscall.0)?;
-        let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
+        let ci = t.chans.iter().position(|c| c.key == p.syscall.0)?;
+        let r = t.cold.get(ci)?.dur.baseline.usable(d.min_n, d.min_epochs)?;
         let k = d.k as f32;
         // The moving average containing this call exceeds the baseline whatever the
         // other k − 1 calls are once the call alone passes k × the threshold.
@@ -1110,15 +1150,18 @@ fn pool_index(key: u16) -> usize {
     usize::from(key.wrapping_add(1))
 }
 
-/// Channel `ci`'s record and its two rings (execution time, inter-arrival), looked up
-/// once per call instead of once per series.
+/// Channel `ci`'s records (hot, cold) and its two rings (execution time, inter-arrival),
+/// looked up once per call instead of once per series.
 #[inline(always)]
-fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [f32], &mut [f32])> {
+fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<ChanParts<'_>> {
     let base = ci * 2 * k;
     let rings = th.rings.get_mut(base..base + 2 * k)?;
     let (dur, ia) = rings.split_at_mut_checked(k)?;
-    Some((th.chans.get_mut(ci)?, dur, ia))
+    Some((th.chans.get_mut(ci)?, th.cold.get_mut(ci)?, dur, ia))
 }
+
+/// What [`chan_parts`] returns.
+type ChanParts<'a> = (&'a mut Chan, &'a mut ChanCold, &'a mut [f32], &'a mut [f32]);
 
 /// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
 /// `None`: nothing was tested (no moving average yet, or no usable baseline); else
@@ -1133,6 +1176,7 @@ fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [
 #[allow(clippy::too_many_arguments)]
 fn feed(
     series: &mut Series,
+    cold: &mut SeriesCold,
     ring: &mut [f32],
     key: u16,
     pools: &mut Vec<Pool>,
@@ -1169,7 +1213,7 @@ fn feed(
     // Learning touched only the current epochs, so the reference is as it was before.
     let outlier = may && {
         let r = if own {
-            series.baseline.usable(d.min_n, d.min_epochs)
+            cold.baseline.usable(d.min_n, d.min_epochs)
         } else {
             pool_b.usable(d.pool_min_n, d.min_epochs)
         };
@@ -1180,7 +1224,7 @@ fn feed(
         return Some(None);
     }
     series.run = outlier;
-    Some(series.confirm.step(outlier, ts, thr))
+    Some(series.confirm(cold).step(outlier, ts, thr))
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).
@@ -1193,15 +1237,15 @@ fn snapshot(
     let mut out = [Increase::default(); EPISODE_TOP];
     let mut n = 0usize;
     let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
-    for ch in &th.chans {
+    for (ch, cold) in th.chans.iter().zip(&th.cold) {
         let pool = pools.get(pool_index(ch.key));
         // A channel not used since the unit began has been reset (lazily): no average.
         let current = th.is_current(ch);
-        let rel = |s: &crate::thread::Series, pb: Option<&Baseline>| -> f32 {
+        let rel = |s: &Series, sc: &SeriesCold, pb: Option<&Baseline>| -> f32 {
             let Some(ma) = s.current(d.k).filter(|_| current) else {
                 return 0.0;
             };
-            let Some(r) = s
+            let Some(r) = sc
                 .baseline
                 .usable(d.min_n, d.min_epochs)
                 .or_else(|| pb.and_then(|b| b.usable(d.pool_min_n, d.min_epochs)))
@@ -1212,8 +1256,8 @@ fn snapshot(
         };
         let inc = Increase {
             key: ch.key,
-            time: rel(&ch.dur, pool.map(|p| &p.dur)),
-            freq: rel(&ch.ia, pool.map(|p| &p.ia)),
+            time: rel(&ch.dur, &cold.dur, pool.map(|p| &p.dur)),
+            freq: rel(&ch.ia, &cold.ia, pool.map(|p| &p.ia)),
         };
         if inc.time > 0.0 || inc.freq > 0.0 {
             all.push(inc);
