@@ -62,6 +62,8 @@ pub enum EncodeError {
     TargetTooLong(usize),
     #[error("{0} events in one batch; the batch layout allows at most 2^32 - 1")]
     TooManyEvents(usize),
+    #[error("output buffer is {actual} bytes, the batch needs {expected}")]
+    BufferLength { expected: usize, actual: usize },
 }
 
 fn kind_code(kind: EventKind) -> u8 {
@@ -87,11 +89,33 @@ pub fn encoded_len(target: &str, events: &[SyscallEvent]) -> usize {
     HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf * PERF_LEN
 }
 
+/// [`encoded_len`], or why the batch cannot be encoded at all (the header's limits).
+pub fn checked_encoded_len(target: &str, events: &[SyscallEvent]) -> Result<usize, EncodeError> {
+    u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
+    u32::try_from(events.len()).map_err(|_| EncodeError::TooManyEvents(events.len()))?;
+    Ok(encoded_len(target, events))
+}
+
 /// Encodes `target` and `events` into `out` (cleared first; its capacity is reused).
 pub fn encode_batch(
     target: &str,
     events: &[SyscallEvent],
     out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    out.clear();
+    // Sized once, then filled in place: no capacity check per field.
+    out.resize(encoded_len(target, events), 0);
+    encode_batch_into(target, events, out)
+}
+
+/// Encodes `target` and `events` into `out`, which must be exactly
+/// [`encoded_len`]`(target, events)` bytes long (else [`EncodeError::BufferLength`]).
+/// Every byte is written, so `out` may hold anything before: a host can encode straight
+/// into the guest's argument buffer instead of into its own and then copying it there.
+pub fn encode_batch_into(
+    target: &str,
+    events: &[SyscallEvent],
+    out: &mut [u8],
 ) -> Result<(), EncodeError> {
     let target_len =
         u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
@@ -99,12 +123,13 @@ pub fn encode_batch(
     let perf_count = events.iter().filter(|e| e.perf.is_some()).count();
     // Fits: perf_count <= events.len() <= u32::MAX.
     let n_perf = perf_count as u32;
-    out.clear();
-    // Sized once, then filled in place: no capacity check per field.
-    out.resize(
-        HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf_count * PERF_LEN,
-        0,
-    );
+    let expected = HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf_count * PERF_LEN;
+    if out.len() != expected {
+        return Err(EncodeError::BufferLength {
+            expected,
+            actual: out.len(),
+        });
+    }
     let (header, body) = out.split_at_mut(HEADER_LEN);
     header[0..4].copy_from_slice(&MAGIC);
     header[4..6].copy_from_slice(&BATCH_VERSION.to_le_bytes());
@@ -115,16 +140,24 @@ pub fn encode_batch(
     name.copy_from_slice(target.as_bytes());
     let (records, perf_area) = body.split_at_mut(events.len() * RECORD_LEN);
     for (e, rec) in events.iter().zip(records.chunks_exact_mut(RECORD_LEN)) {
-        rec[0..4].copy_from_slice(&e.pid.to_le_bytes());
-        rec[4..8].copy_from_slice(&e.tid.to_le_bytes());
-        rec[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
-        rec[10] = kind_code(e.kind);
-        rec[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
+        // Built whole on the stack and stored at once: the reserved bytes are written
+        // (zero) too, and the compiler sees one 40-byte store instead of eight slices.
+        let mut r = [0u8; RECORD_LEN];
+        r[0..4].copy_from_slice(&e.pid.to_le_bytes());
+        r[4..8].copy_from_slice(&e.tid.to_le_bytes());
+        r[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
+        r[10] = kind_code(e.kind);
+        r[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
             | if e.perf.is_some() { FLAG_PERF } else { 0 };
-        // rec[12..16] reserved, left zero.
-        rec[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
-        rec[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
-        rec[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
+        // r[12..16] reserved, zero.
+        r[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
+        r[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
+        r[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
+        rec.copy_from_slice(&r);
+    }
+    if perf_count == 0 {
+        // Most sources have no counters: skip a second pass over the events.
+        return Ok(());
     }
     let perf = events.iter().filter_map(|e| e.perf.as_ref());
     for (p, block) in perf.zip(perf_area.chunks_exact_mut(PERF_LEN)) {
@@ -316,6 +349,24 @@ mod tests {
         let target = decode_batch(&buf, &mut out).unwrap();
         assert_eq!(target, "mariadb · prod");
         assert_eq!(out, ev);
+    }
+
+    #[test]
+    fn encoding_into_a_dirty_buffer_writes_every_byte() {
+        let ev = sample();
+        let mut clean = Vec::new();
+        encode_batch("db", &ev, &mut clean).unwrap();
+        let mut dirty = vec![0xAAu8; clean.len()];
+        encode_batch_into("db", &ev, &mut dirty).unwrap();
+        assert_eq!(dirty, clean);
+        let mut short = vec![0u8; clean.len() - 1];
+        assert_eq!(
+            encode_batch_into("db", &ev, &mut short),
+            Err(EncodeError::BufferLength {
+                expected: clean.len(),
+                actual: clean.len() - 1
+            })
+        );
     }
 
     #[test]
