@@ -44,8 +44,8 @@ use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{
-    BinSet, CallBins, Chan, ChanCold, Episode, Increase, Series, SeriesCold, Thread, EPISODE_TOP,
-    GAP_KEY,
+    materialize_cold, BinSet, CallBins, Chan, ChanCold, ColdSlot, Episode, Increase, Series,
+    SeriesCold, Thread, EPISODE_TOP, GAP_KEY,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -492,12 +492,12 @@ impl Target {
         let ts = call.enter_ns;
         if let Some(g) = gap {
             let ci = th.chan_index(GAP_KEY, k, d.max_chans);
-            if let Some((ch, cold, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+            if let Some((ch, mut cold, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
                 let x = g as f32;
                 let pools = &mut self.pools;
                 if let Some(r) = feed(
                     &mut ch.dur,
-                    &mut cold.dur,
+                    &mut cold,
                     ring,
                     GAP_KEY,
                     pools,
@@ -520,7 +520,7 @@ impl Target {
             Some(ci) => {
                 let mut key_tested = false;
                 // (The rings always match the channels, so the parts are always there.)
-                if let Some((ch, cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
+                if let Some((ch, mut cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
                     let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
                         .then(|| ts - ch.last_enter_ns);
                     ch.last_enter_ns = ts.max(1);
@@ -528,7 +528,7 @@ impl Target {
                     let x = call.duration_ns as f32;
                     if let Some(r) = feed(
                         &mut ch.dur,
-                        &mut cold.dur,
+                        &mut cold,
                         ring_dur,
                         key,
                         pools,
@@ -545,17 +545,9 @@ impl Target {
                     }
                     if let Some(x) = ia {
                         let x = -(x as f32);
-                        if let Some(r) = feed(
-                            &mut ch.ia,
-                            &mut cold.ia,
-                            ring_ia,
-                            key,
-                            pools,
-                            true,
-                            x,
-                            ts,
-                            d,
-                        ) {
+                        if let Some(r) =
+                            feed(&mut ch.ia, &mut cold, ring_ia, key, pools, true, x, ts, d)
+                        {
                             key_tested = true;
                             outlying |= ch.ia.run;
                             if let Some(run) = r {
@@ -651,6 +643,19 @@ impl Target {
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in self.threads.iter_mut() {
             let clean = target_clean && !t.dirty;
+            if t.cold.len() < t.chans.len() {
+                // Without cold records and with nothing learnt, a rotation leaves every
+                // record at its default and every gate as it is: keep them absent.
+                let learnt = t
+                    .chans
+                    .iter()
+                    .any(|c| c.dur.baseline.learn.w.n != 0.0 || c.ia.baseline.learn.w.n != 0.0);
+                if !learnt {
+                    t.dirty = false;
+                    continue;
+                }
+                materialize_cold(&mut t.cold, t.chans.len(), t.chans.capacity());
+            }
             for (ch, cold) in t.chans.iter_mut().zip(t.cold.iter_mut()) {
                 cold.dur.baseline.rotate(&mut ch.dur.baseline, clean, max_n);
                 ch.dur
@@ -1157,11 +1162,13 @@ fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<ChanParts<'_>> {
     let base = ci * 2 * k;
     let rings = th.rings.get_mut(base..base + 2 * k)?;
     let (dur, ia) = rings.split_at_mut_checked(k)?;
-    Some((th.chans.get_mut(ci)?, th.cold.get_mut(ci)?, dur, ia))
+    let (n, cap) = (th.chans.len(), th.chans.capacity());
+    let cold = ColdSlot::new(&mut th.cold, ci, n, cap);
+    Some((th.chans.get_mut(ci)?, cold, dur, ia))
 }
 
 /// What [`chan_parts`] returns.
-type ChanParts<'a> = (&'a mut Chan, &'a mut ChanCold, &'a mut [f32], &'a mut [f32]);
+type ChanParts<'a> = (&'a mut Chan, ColdSlot<'a>, &'a mut [f32], &'a mut [f32]);
 
 /// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
 /// `None`: nothing was tested (no moving average yet, or no usable baseline); else
@@ -1176,7 +1183,7 @@ type ChanParts<'a> = (&'a mut Chan, &'a mut ChanCold, &'a mut [f32], &'a mut [f3
 #[allow(clippy::too_many_arguments)]
 fn feed(
     series: &mut Series,
-    cold: &mut SeriesCold,
+    cold: &mut ColdSlot,
     ring: &mut [f32],
     key: u16,
     pools: &mut Vec<Pool>,
@@ -1213,7 +1220,10 @@ fn feed(
     // Learning touched only the current epochs, so the reference is as it was before.
     let outlier = may && {
         let r = if own {
-            cold.baseline.usable(d.min_n, d.min_epochs)
+            // An own usable gate was derived from this record, so it exists (an absent
+            // one would read as the default: not usable).
+            cold.peek()
+                .and_then(|c| c.series(frequency).baseline.usable(d.min_n, d.min_epochs))
         } else {
             pool_b.usable(d.pool_min_n, d.min_epochs)
         };
@@ -1224,7 +1234,15 @@ fn feed(
         return Some(None);
     }
     series.run = outlier;
-    Some(series.confirm(cold).step(outlier, ts, thr))
+    let Some(cold) = cold.get() else {
+        // Unreachable: the slot's index is one of the thread's channels.
+        return Some(None);
+    };
+    Some(
+        series
+            .confirm(cold.series_mut(frequency))
+            .step(outlier, ts, thr),
+    )
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).
@@ -1237,7 +1255,9 @@ fn snapshot(
     let mut out = [Increase::default(); EPISODE_TOP];
     let mut n = 0usize;
     let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
-    for (ch, cold) in th.chans.iter().zip(&th.cold) {
+    let absent = ChanCold::default();
+    for (i, ch) in th.chans.iter().enumerate() {
+        let cold = th.cold.get(i).unwrap_or(&absent);
         let pool = pools.get(pool_index(ch.key));
         // A channel not used since the unit began has been reset (lazily): no average.
         let current = th.is_current(ch);

@@ -201,6 +201,76 @@ pub struct ChanCold {
 /// Leading bytes of a [`Chan`] a gap channel's call touches (`unit` and `dur`).
 const GAP_CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
 
+impl ChanCold {
+    /// The cold part of the execution-time (`false`) or frequency (`true`) series.
+    #[inline]
+    pub fn series(&self, frequency: bool) -> &SeriesCold {
+        if frequency {
+            &self.ia
+        } else {
+            &self.dur
+        }
+    }
+
+    /// [`ChanCold::series`], mutable.
+    #[inline]
+    pub fn series_mut(&mut self, frequency: bool) -> &mut SeriesCold {
+        if frequency {
+            &mut self.ia
+        } else {
+            &mut self.dur
+        }
+    }
+}
+
+/// One channel's cold record, created (with the thread's others) only when written:
+/// reading an absent one gives `None`, to be read as [`ChanCold::default`].
+#[derive(Debug)]
+pub struct ColdSlot<'a> {
+    all: &'a mut Vec<ChanCold>,
+    index: usize,
+    /// The thread's channel count and capacity, which the cold records follow.
+    chans: usize,
+    capacity: usize,
+}
+
+impl<'a> ColdSlot<'a> {
+    /// Slot `index` of `all`, whose thread has `chans` channels (capacity `capacity`).
+    pub fn new(all: &'a mut Vec<ChanCold>, index: usize, chans: usize, capacity: usize) -> Self {
+        Self {
+            all,
+            index,
+            chans,
+            capacity,
+        }
+    }
+
+    /// The record, if the thread's cold records exist.
+    #[inline]
+    pub fn peek(&self) -> Option<&ChanCold> {
+        self.all.get(self.index)
+    }
+
+    /// The record, creating the thread's cold records first if they do not exist.
+    #[inline]
+    pub fn get(&mut self) -> Option<&mut ChanCold> {
+        if self.all.len() < self.chans {
+            materialize_cold(self.all, self.chans, self.capacity);
+        }
+        self.all.get_mut(self.index)
+    }
+}
+
+/// Creates the default cold records of a thread with `chans` channels (capacity
+/// `capacity`, exactly, like the channels).
+#[cold]
+pub fn materialize_cold(all: &mut Vec<ChanCold>, chans: usize, capacity: usize) {
+    if all.capacity() < capacity {
+        all.reserve_exact(capacity - all.len());
+    }
+    all.resize(chans, ChanCold::default());
+}
+
 impl Chan {
     /// Starts generation `unit`: the moving averages restart, the baselines stay.
     pub fn reset_unit(&mut self, unit: u16) {
@@ -491,7 +561,11 @@ pub struct Thread {
     pub tested_io: BinSet,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
-    /// Cold parts of `chans`, index for index (same length).
+    /// Cold parts of `chans`, index for index: empty until one is first written (see
+    /// [`ColdSlot`]), then as long as `chans`. An absent record reads as
+    /// [`ChanCold::default`], which is what it would hold: most threads of a
+    /// thread-per-task server live shorter than an epoch and never learn a baseline, so
+    /// they never allocate one.
     pub cold: Vec<ChanCold>,
     /// Bins in which a tested moving average was an outlier: how long an anomaly lasted
     /// (a fault persists; a checkpoint burst nobody felt does not). Touched only by
@@ -597,7 +671,7 @@ impl Thread {
             let step = CHAN_STEP.min(cap - self.chans.len());
             self.chans.reserve_exact(step);
         }
-        if self.cold.len() == self.cold.capacity() {
+        if !self.cold.is_empty() && self.cold.len() == self.cold.capacity() {
             self.cold
                 .reserve_exact(self.chans.capacity() - self.cold.len());
         }
@@ -606,7 +680,9 @@ impl Thread {
             unit: self.unit,
             ..Chan::default()
         });
-        self.cold.push(ChanCold::default());
+        if !self.cold.is_empty() {
+            self.cold.push(ChanCold::default());
+        }
         let i = self.chans.len() - 1;
         if key == GAP_KEY {
             // `i` < cap ≤ 1024 (validated), so `i + 1` fits.
@@ -705,6 +781,28 @@ mod tests {
         }
         assert_eq!((t.find_chan(112), t.find_chan(119)), (Some(15), Some(22)));
         assert_eq!(t.find_chan(120), None);
+    }
+
+    #[test]
+    fn cold_records_appear_on_first_write_then_follow_the_channels() {
+        let mut t = Thread::new(1, 0);
+        for key in [3u16, 4, 5] {
+            t.chan_index(key, 5, 64);
+        }
+        assert!(t.cold.is_empty(), "no cold record before one is written");
+        let (n, cap) = (t.chans.len(), t.chans.capacity());
+        let mut slot = ColdSlot::new(&mut t.cold, 1, n, cap);
+        assert!(slot.peek().is_none());
+        assert!(slot.get().is_some());
+        assert_eq!(
+            (t.cold.len(), t.cold.capacity()),
+            (3, t.chans.capacity()),
+            "one per channel, exactly the channels' capacity"
+        );
+        for key in [6u16, 7] {
+            t.chan_index(key, 5, 64);
+        }
+        assert_eq!((t.cold.len(), t.cold.capacity()), (5, t.chans.capacity()));
     }
 
     #[test]
