@@ -75,27 +75,37 @@ impl Default for Epoch {
 }
 
 /// The three epochs of one baseline (see the module docs), plus what the approved
-/// epoch implies for the next moving averages ([`Gate`]).
-///
-/// `repr(C)`: what every moving average reads or writes (`learn`, the gate) comes first
-/// (32 bytes, one line); `base` and `prev`, read only on a possible outlier and at epoch
-/// boundaries, last.
+/// epoch implies for the next moving averages ([`Gate`]), in two parts kept apart by
+/// the per-thread channels: what every moving average touches ([`BaselineHot`]) and
+/// what only a possible outlier, an epoch boundary or an evaluation reads
+/// ([`BaselineCold`]). The pooled baselines keep both together.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Baseline {
+    pub hot: BaselineHot,
+    pub cold: BaselineCold,
+}
+
+/// The part of a [`Baseline`] every moving average reads or writes: the current epoch
+/// and the gate (32 bytes: with the ring state, a series' per-call bytes).
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
-pub struct Baseline {
+pub struct BaselineHot {
     pub learn: Epoch,
     gate: Gate,
+}
+
+/// The part of a [`Baseline`] read only on a possible outlier, at epoch boundaries and
+/// by evaluations: the approved and pending epochs.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct BaselineCold {
     /// Approved epochs folded into `base`.
     pub epochs: u16,
     pub base: Epoch,
     pub prev: Epoch,
 }
 
-/// Leading bytes of a [`Baseline`] that a moving average reads or writes (what to
-/// prefetch).
-pub const BASELINE_HOT_BYTES: usize = std::mem::offset_of!(Baseline, base);
-
-/// The approved epoch's consequences, derived once per epoch ([`Baseline::refresh`])
+/// The approved epoch's consequences, derived once per epoch ([`BaselineHot::refresh`])
 /// instead of once per moving average: the winsorizing bounds and a lower bound of the
 /// outlier test, so the per-average work is comparisons plus one Welford step (the
 /// σ behind them costs a division and a square root).
@@ -108,7 +118,7 @@ struct Gate {
     /// Moving averages at or below this are not outliers: max(mean + Θσ, the reference
     /// maximum), both of which an outlier must exceed ([`is_outlier`]).
     reject: f32,
-    /// The baseline is usable for testing ([`Baseline::usable`] is `Some`).
+    /// The baseline is usable for testing ([`BaselineCold::usable`] is `Some`).
     usable: bool,
 }
 
@@ -135,35 +145,28 @@ pub struct Reference {
 impl Baseline {
     /// Adds one moving average to the current epoch.
     pub fn learn(&mut self, x: f32, min_n: f32) {
-        let sd = self.trained_sd(min_n);
+        let sd = self.cold.trained_sd(min_n);
         self.learn_with(x, sd);
     }
 
-    /// The approved epoch's σ once it has `min_n` samples: computed once per moving
-    /// average and shared by [`Baseline::usable_with`] and [`Baseline::learn_with`]
-    /// (the approved epoch does not change in between), saving a square root and a
-    /// division per call of each.
-    #[inline]
-    pub fn trained_sd(&self, min_n: f32) -> Option<f32> {
-        (self.base.w.n >= min_n).then(|| self.base.w.std_dev())
-    }
-
-    /// [`Baseline::learn`] with `sd = self.trained_sd(min_n)` already computed.
+    /// [`Baseline::learn`] with `sd = self.cold.trained_sd(min_n)` already computed.
     #[inline]
     pub fn learn_with(&mut self, x: f32, sd: Option<f32>) {
         if !x.is_finite() {
             return;
         }
+        let learn = &mut self.hot.learn;
         // Comparisons rather than `f32::max`/`clamp`: on wasm32 `max` is a call to libm's
         // `fmaxf` (the `f32.max` instruction propagates NaN, Rust's `max` does not), a
         // measurable share of the guest's time. `x` is finite here and the bounds are
         // ordered (σ ≥ 0), so the results are the same.
-        if self.learn.hi < x || self.learn.hi.is_nan() {
-            self.learn.hi = x;
+        if learn.hi < x || learn.hi.is_nan() {
+            learn.hi = x;
         }
         let w = match sd {
             Some(sd) => {
-                let (lo, hi) = (self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd);
+                let mean = self.cold.base.w.mean;
+                let (lo, hi) = (mean - 4.0 * sd, mean + 4.0 * sd);
                 if x < lo {
                     lo
                 } else if x > hi {
@@ -174,19 +177,55 @@ impl Baseline {
             }
             None => x,
         };
-        self.learn.w.push(w);
+        learn.w.push(w);
     }
 
-    /// Re-derives the gate from the approved epoch; needed after anything that changes
-    /// `base`/`epochs` ([`Baseline::rotate`]) or the parameters the gate depends on.
+    /// See [`BaselineHot::refresh`].
     pub fn refresh(&mut self, min_n: f32, min_epochs: u16, sigma: f32) {
-        let sd = self.trained_sd(min_n);
+        self.hot.refresh(&self.cold, min_n, min_epochs, sigma);
+    }
+
+    /// See [`BaselineCold::rotate`].
+    pub fn rotate(&mut self, clean: bool, max_n: f32) {
+        self.cold.rotate(&mut self.hot, clean, max_n);
+    }
+
+    /// See [`BaselineHot::gate_usable`].
+    #[inline]
+    pub fn gate_usable(&self) -> bool {
+        self.hot.gate_usable()
+    }
+
+    /// See [`BaselineHot::may_exceed`].
+    #[inline]
+    pub fn may_exceed(&self, x: f32) -> bool {
+        self.hot.may_exceed(x)
+    }
+
+    /// See [`BaselineHot::learn_gated`].
+    #[inline(always)]
+    pub fn learn_gated(&mut self, x: f32) {
+        self.hot.learn_gated(x);
+    }
+
+    /// See [`BaselineCold::usable`].
+    pub fn usable(&self, min_n: f32, min_epochs: u16) -> Option<Reference> {
+        self.cold.usable(min_n, min_epochs)
+    }
+}
+
+impl BaselineHot {
+    /// Re-derives the gate from the approved epoch (`cold`); needed after anything that
+    /// changes `base`/`epochs` ([`BaselineCold::rotate`]) or the parameters the gate
+    /// depends on.
+    pub fn refresh(&mut self, cold: &BaselineCold, min_n: f32, min_epochs: u16, sigma: f32) {
+        let sd = cold.trained_sd(min_n);
         let (lo, hi) = match sd {
-            // The same expressions as `learn_with`, so the bounds are bit-identical.
-            Some(sd) => (self.base.w.mean - 4.0 * sd, self.base.w.mean + 4.0 * sd),
+            // The same expressions as `Baseline::learn_with`, so the bounds are bit-identical.
+            Some(sd) => (cold.base.w.mean - 4.0 * sd, cold.base.w.mean + 4.0 * sd),
             None => (f32::NEG_INFINITY, f32::INFINITY),
         };
-        let (usable, reject) = match self.usable_with(sd, min_epochs) {
+        let (usable, reject) = match cold.usable_with(sd, min_epochs) {
             Some(r) => {
                 let over = r.mean + sigma * r.sd;
                 // Comparison, not `f32::max` (a libm call on wasm32). A NaN side only
@@ -204,22 +243,22 @@ impl Baseline {
         };
     }
 
-    /// Whether the baseline can test, per the last [`Baseline::refresh`].
+    /// Whether the baseline can test, per the last [`BaselineHot::refresh`].
     #[inline]
     pub fn gate_usable(&self) -> bool {
         self.gate.usable
     }
 
     /// Whether `x` may be an outlier: `false` means [`is_outlier`] is surely false for
-    /// this baseline's reference (as of the last [`Baseline::refresh`]), so the full
+    /// this baseline's reference (as of the last [`BaselineHot::refresh`]), so the full
     /// test is skipped for almost every moving average.
     #[inline]
     pub fn may_exceed(&self, x: f32) -> bool {
         x > self.gate.reject
     }
 
-    /// [`Baseline::learn`] with the bounds of the last [`Baseline::refresh`]: the same
-    /// result without recomputing σ.
+    /// [`Baseline::learn`] with the bounds of the last [`BaselineHot::refresh`]: the
+    /// same result without recomputing σ, and without reading the cold part.
     #[inline(always)]
     pub fn learn_gated(&mut self, x: f32) {
         if !x.is_finite() {
@@ -242,10 +281,20 @@ impl Baseline {
         // beyond `x` (NaN and infinite bounds never compare so).
         self.learn.w.push_finite(w);
     }
+}
 
-    /// Epoch boundary: approve the previous epoch if this one was clean, else drop both.
-    /// Call [`Baseline::refresh`] afterwards.
-    pub fn rotate(&mut self, clean: bool, max_n: f32) {
+impl BaselineCold {
+    /// The approved epoch's σ once it has `min_n` samples: computed once and shared by
+    /// [`BaselineCold::usable_with`] and [`Baseline::learn_with`] (the approved epoch
+    /// does not change in between), saving a square root and a division per call of each.
+    #[inline]
+    pub fn trained_sd(&self, min_n: f32) -> Option<f32> {
+        (self.base.w.n >= min_n).then(|| self.base.w.std_dev())
+    }
+
+    /// Epoch boundary: approve the previous epoch if this one (`hot.learn`) was clean,
+    /// else drop both. Call [`BaselineHot::refresh`] afterwards.
+    pub fn rotate(&mut self, hot: &mut BaselineHot, clean: bool, max_n: f32) {
         if clean {
             let prev = self.prev;
             if prev.w.n > 0.0 {
@@ -260,11 +309,11 @@ impl Baseline {
                 self.base.hi = decayed.max(prev.hi);
                 self.epochs = self.epochs.saturating_add(1);
             }
-            self.prev = self.learn;
+            self.prev = hot.learn;
         } else {
             self.prev = Epoch::default();
         }
-        self.learn = Epoch::default();
+        hot.learn = Epoch::default();
     }
 
     /// The approved baseline, when it has enough samples to test against.
@@ -272,7 +321,7 @@ impl Baseline {
         self.usable_with(self.trained_sd(min_n), min_epochs)
     }
 
-    /// [`Baseline::usable`] with `sd = self.trained_sd(min_n)` already computed.
+    /// [`BaselineCold::usable`] with `sd = self.trained_sd(min_n)` already computed.
     #[inline]
     pub fn usable_with(&self, sd: Option<f32>, min_epochs: u16) -> Option<Reference> {
         let sd = sd?;
@@ -468,7 +517,7 @@ mod tests {
                 full.learn(x, min_n);
                 gated.learn_gated(x);
             }
-            assert_eq!(full.learn.w, gated.learn.w, "epoch {epoch}");
+            assert_eq!(full.hot.learn.w, gated.hot.learn.w, "epoch {epoch}");
             full.rotate(epoch != 3, 1e6);
             gated.rotate(epoch != 3, 1e6);
             gated.refresh(min_n, min_epochs, TH.sigma);
@@ -504,7 +553,7 @@ mod tests {
         (0..50).for_each(|_| b.learn(9.0, 10.0));
         b.rotate(false, 1e6); // fault detected in this epoch: it and the pending one go
         b.rotate(true, 1e6);
-        assert_eq!(b.base.w.n, 50.0);
+        assert_eq!(b.cold.base.w.n, 50.0);
         assert_eq!(b.usable(10.0, 1).map(|x| x.hi), Some(1.0));
     }
 }

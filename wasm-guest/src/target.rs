@@ -13,7 +13,7 @@
 //! unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (896 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` (244 B) + 8·k bytes) + episodes
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (96 + 152 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.9 +
 //! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
@@ -44,7 +44,8 @@ use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{
-    BinSet, CallBins, Chan, Episode, Increase, Series, Thread, EPISODE_TOP, GAP_KEY,
+    materialize_cold, BinSet, CallBins, Chan, ChanCold, ColdSlot, Episode, Increase, Series,
+    SeriesCold, Thread, EPISODE_TOP, GAP_KEY,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -156,9 +157,14 @@ impl Pool {
 /// Re-derives the gates of a thread's own baselines (see [`Baseline::refresh`]).
 fn refresh_thread(t: &mut Thread, d: &Derived) {
     let sigma = d.time_th.sigma;
-    for ch in &mut t.chans {
-        ch.dur.baseline.refresh(d.min_n, d.min_epochs, sigma);
-        ch.ia.baseline.refresh(d.min_n, d.min_epochs, sigma);
+    for (ch, cold) in t.chans.iter_mut().zip(&t.cold) {
+        let (min_n, min_epochs) = (d.min_n, d.min_epochs);
+        ch.dur
+            .baseline
+            .refresh(&cold.dur.baseline, min_n, min_epochs, sigma);
+        ch.ia
+            .baseline
+            .refresh(&cold.ia.baseline, min_n, min_epochs, sigma);
     }
 }
 
@@ -494,10 +500,20 @@ impl Target {
         let ts = call.enter_ns;
         if let Some(g) = gap {
             let ci = th.chan_index(GAP_KEY, k, d.max_chans);
-            if let Some((ch, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+            if let Some((ch, mut cold, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
                 let x = g as f32;
-                if let Some(r) = feed(&mut ch.dur, ring, GAP_KEY, &mut self.pools, false, x, ts, d)
-                {
+                let pools = &mut self.pools;
+                if let Some(r) = feed(
+                    &mut ch.dur,
+                    &mut cold,
+                    ring,
+                    GAP_KEY,
+                    pools,
+                    false,
+                    x,
+                    ts,
+                    d,
+                ) {
                     tested = true;
                     outlying |= ch.dur.run;
                     if let Some(run) = r {
@@ -512,13 +528,23 @@ impl Target {
             Some(ci) => {
                 let mut key_tested = false;
                 // (The rings always match the channels, so the parts are always there.)
-                if let Some((ch, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
+                if let Some((ch, mut cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
                     let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
                         .then(|| ts - ch.last_enter_ns);
                     ch.last_enter_ns = ts.max(1);
                     let pools = &mut self.pools;
                     let x = call.duration_ns as f32;
-                    if let Some(r) = feed(&mut ch.dur, ring_dur, key, pools, false, x, ts, d) {
+                    if let Some(r) = feed(
+                        &mut ch.dur,
+                        &mut cold,
+                        ring_dur,
+                        key,
+                        pools,
+                        false,
+                        x,
+                        ts,
+                        d,
+                    ) {
                         key_tested = true;
                         outlying |= ch.dur.run;
                         if let Some(run) = r {
@@ -527,7 +553,9 @@ impl Target {
                     }
                     if let Some(x) = ia {
                         let x = -(x as f32);
-                        if let Some(r) = feed(&mut ch.ia, ring_ia, key, pools, true, x, ts, d) {
+                        if let Some(r) =
+                            feed(&mut ch.ia, &mut cold, ring_ia, key, pools, true, x, ts, d)
+                        {
                             key_tested = true;
                             outlying |= ch.ia.run;
                             if let Some(run) = r {
@@ -624,11 +652,28 @@ impl Target {
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in self.threads.iter_mut() {
             let clean = target_clean && !t.dirty;
-            for ch in &mut t.chans {
-                ch.dur.baseline.rotate(clean, max_n);
-                ch.dur.baseline.refresh(min_n, min_epochs, sigma);
-                ch.ia.baseline.rotate(clean, max_n);
-                ch.ia.baseline.refresh(min_n, min_epochs, sigma);
+            if t.cold.len() < t.chans.len() {
+                // Without cold records and with nothing learnt, a rotation leaves every
+                // record at its default and every gate as it is: keep them absent.
+                let learnt = t
+                    .chans
+                    .iter()
+                    .any(|c| c.dur.baseline.learn.w.n != 0.0 || c.ia.baseline.learn.w.n != 0.0);
+                if !learnt {
+                    t.dirty = false;
+                    continue;
+                }
+                materialize_cold(&mut t.cold, t.chans.len(), t.chans.capacity());
+            }
+            for (ch, cold) in t.chans.iter_mut().zip(t.cold.iter_mut()) {
+                cold.dur.baseline.rotate(&mut ch.dur.baseline, clean, max_n);
+                ch.dur
+                    .baseline
+                    .refresh(&cold.dur.baseline, min_n, min_epochs, sigma);
+                cold.ia.baseline.rotate(&mut ch.ia.baseline, clean, max_n);
+                ch.ia
+                    .baseline
+                    .refresh(&cold.ia.baseline, min_n, min_epochs, sigma);
             }
             t.dirty = false;
         }
@@ -918,8 +963,8 @@ impl Target {
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let p = t.pairer.pending?;
         let d = &self.d;
-        let ch = t.chans.iter().find(|c| c.key == p.syscall.0)?;
-        let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
+        let ci = t.chans.iter().position(|c| c.key == p.syscall.0)?;
+        let r = t.cold.get(ci)?.dur.baseline.usable(d.min_n, d.min_epochs)?;
         let limit_ns = single_value_limit(&r, d);
         let crossed = p.enter_ns.saturating_add(limit_ns);
         if crossed > to {
@@ -1167,8 +1212,13 @@ fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, min_calls: u32) -> Op
     if before < f64::from(min_calls) {
         return None;
     }
-    let ch = th.chans.iter().find(|c| c.key == GAP_KEY)?;
-    let r = ch.dur.baseline.usable(d.min_n, d.min_epochs)?;
+    let ci = th.chans.iter().position(|c| c.key == GAP_KEY)?;
+    let r = th
+        .cold
+        .get(ci)?
+        .dur
+        .baseline
+        .usable(d.min_n, d.min_epochs)?;
     let limit_ns = single_value_limit(&r, d);
     let gap = resume_ns.checked_sub(last)?;
     if gap < limit_ns {
@@ -1213,15 +1263,20 @@ fn pool_index(key: u16) -> usize {
     usize::from(key.wrapping_add(1))
 }
 
-/// Channel `ci`'s record and its two rings (execution time, inter-arrival), looked up
-/// once per call instead of once per series.
+/// Channel `ci`'s records (hot, cold) and its two rings (execution time, inter-arrival),
+/// looked up once per call instead of once per series.
 #[inline(always)]
-fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [f32], &mut [f32])> {
+fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<ChanParts<'_>> {
     let base = ci * 2 * k;
     let rings = th.rings.get_mut(base..base + 2 * k)?;
     let (dur, ia) = rings.split_at_mut_checked(k)?;
-    Some((th.chans.get_mut(ci)?, dur, ia))
+    let (n, cap) = (th.chans.len(), th.chans.capacity());
+    let cold = ColdSlot::new(&mut th.cold, ci, n, cap);
+    Some((th.chans.get_mut(ci)?, cold, dur, ia))
 }
+
+/// What [`chan_parts`] returns.
+type ChanParts<'a> = (&'a mut Chan, ColdSlot<'a>, &'a mut [f32], &'a mut [f32]);
 
 /// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
 /// `None`: nothing was tested (no moving average yet, or no usable baseline); else
@@ -1236,6 +1291,7 @@ fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<(&mut Chan, &mut [
 #[allow(clippy::too_many_arguments)]
 fn feed(
     series: &mut Series,
+    cold: &mut ColdSlot,
     ring: &mut [f32],
     key: u16,
     pools: &mut Vec<Pool>,
@@ -1272,7 +1328,10 @@ fn feed(
     // Learning touched only the current epochs, so the reference is as it was before.
     let outlier = may && {
         let r = if own {
-            series.baseline.usable(d.min_n, d.min_epochs)
+            // An own usable gate was derived from this record, so it exists (an absent
+            // one would read as the default: not usable).
+            cold.peek()
+                .and_then(|c| c.series(frequency).baseline.usable(d.min_n, d.min_epochs))
         } else {
             pool_b.usable(d.pool_min_n, d.min_epochs)
         };
@@ -1283,7 +1342,15 @@ fn feed(
         return Some(None);
     }
     series.run = outlier;
-    Some(series.confirm.step(outlier, ts, thr))
+    let Some(cold) = cold.get() else {
+        // Unreachable: the slot's index is one of the thread's channels.
+        return Some(None);
+    };
+    Some(
+        series
+            .confirm(cold.series_mut(frequency))
+            .step(outlier, ts, thr),
+    )
 }
 
 /// The thread's per-syscall increases right now, for the ranking (largest first).
@@ -1296,15 +1363,17 @@ fn snapshot(
     let mut out = [Increase::default(); EPISODE_TOP];
     let mut n = 0usize;
     let mut all: Vec<Increase> = Vec::with_capacity(th.chans.len());
-    for ch in &th.chans {
+    let absent = ChanCold::default();
+    for (i, ch) in th.chans.iter().enumerate() {
+        let cold = th.cold.get(i).unwrap_or(&absent);
         let pool = pools.get(pool_index(ch.key));
         // A channel not used since the unit began has been reset (lazily): no average.
         let current = th.is_current(ch);
-        let rel = |s: &crate::thread::Series, pb: Option<&Baseline>| -> f32 {
+        let rel = |s: &Series, sc: &SeriesCold, pb: Option<&Baseline>| -> f32 {
             let Some(ma) = s.current(d.k).filter(|_| current) else {
                 return 0.0;
             };
-            let Some(r) = s
+            let Some(r) = sc
                 .baseline
                 .usable(d.min_n, d.min_epochs)
                 .or_else(|| pb.and_then(|b| b.usable(d.pool_min_n, d.min_epochs)))
@@ -1315,8 +1384,8 @@ fn snapshot(
         };
         let inc = Increase {
             key: ch.key,
-            time: rel(&ch.dur, pool.map(|p| &p.dur)),
-            freq: rel(&ch.ia, pool.map(|p| &p.ia)),
+            time: rel(&ch.dur, &cold.dur, pool.map(|p| &p.dur)),
+            freq: rel(&ch.ia, &cold.ia, pool.map(|p| &p.ia)),
         };
         if inc.time > 0.0 || inc.freq > 0.0 {
             all.push(inc);

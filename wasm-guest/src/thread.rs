@@ -2,7 +2,7 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two [`Baseline`]s, two confirmation states; 244 bytes + 8·k) plus
+//! k-rings of `f32`, two baselines, two confirmation states; 96 + 152 bytes + 8·k) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
 //! a 256-bin call counter and three 256-bin bitmaps (the 896-byte [`Thread`] record);
 //! see [`Thread::bytes`].
@@ -10,12 +10,14 @@
 //! Layout is chosen for the ingest hot path at thousands of threads, where every event
 //! lands on a thread whose state is out of cache: the fields a call touches are packed
 //! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
-//! record, and each series starts with what a moving average touches (ring state, the
-//! current epoch and the precomputed gate of its baseline, 44 bytes) while the approved
-//! and pending epochs and the confirmation state, read only on a possible outlier or at
-//! an epoch boundary, come after it; only the touched spans are prefetched.
+//! record, and each channel is split in two records kept in parallel vectors: [`Chan`]
+//! holds what every call touches (the ring state, the current epoch and the precomputed
+//! gate of both series' baselines: 96 bytes, 32-aligned, so exactly two cache lines,
+//! the first of which is all a gap channel's call touches), and [`ChanCold`] the
+//! approved and pending epochs and the confirmation states, read only on a possible
+//! outlier, at an epoch boundary or by evaluations. Only the hot records are prefetched.
 
-use crate::detector::{Baseline, Confirm};
+use crate::detector::{BaselineCold, BaselineHot, Confirm};
 use crate::pairing::Pairer;
 
 /// Channel key of the off-CPU/user-time gap between a thread's consecutive calls.
@@ -76,7 +78,8 @@ const CHAN_STEP: usize = 4;
 /// Syscalls remembered per episode for the ranking.
 pub const EPISODE_TOP: usize = 6;
 
-/// A k-moving average over a ring stored in the thread's ring slab.
+/// A k-moving average over a ring stored in the thread's ring slab, and the hot part of
+/// its baseline: what a call of the series touches.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C)]
 pub struct Series {
@@ -86,8 +89,20 @@ pub struct Series {
     /// non-outlier average leaves [`Confirm`] unchanged, so its (cold) bytes are not
     /// touched at all.
     pub run: bool,
+    /// The series' [`SeriesCold::confirm`] must be reset before its next use: a new
+    /// execution unit restarts it without touching the cold record (most units end
+    /// before any test reaches it).
+    pub confirm_stale: bool,
     pub sum: f32,
-    pub baseline: Baseline,
+    pub baseline: BaselineHot,
+}
+
+/// What a series keeps outside the per-call bytes: the approved and pending baseline
+/// epochs and the confirmation state.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct SeriesCold {
+    pub baseline: BaselineCold,
     pub confirm: Confirm,
 }
 
@@ -125,13 +140,25 @@ impl Series {
         full.then(|| self.sum / k as f32)
     }
 
-    /// Starts a new execution unit: the moving average restarts, the baseline stays.
+    /// Starts a new execution unit: the moving average restarts, the baseline stays; the
+    /// confirmation state restarts when next used ([`Series::confirm`]).
     pub fn reset_unit(&mut self) {
         self.len = 0;
         self.pos = 0;
         self.sum = 0.0;
         self.run = false;
-        self.confirm.reset();
+        self.confirm_stale = true;
+    }
+
+    /// The series' confirmation state (`cold.confirm`), reset first if a new unit began
+    /// since it was last used.
+    #[inline]
+    pub fn confirm<'a>(&mut self, cold: &'a mut SeriesCold) -> &'a mut Confirm {
+        if self.confirm_stale {
+            self.confirm_stale = false;
+            cold.confirm.reset();
+        }
+        &mut cold.confirm
     }
 
     /// The current moving average, when the ring is full.
@@ -140,17 +167,18 @@ impl Series {
     }
 }
 
-/// One syscall type (or the gap) of one thread.
+/// What a call of one syscall type (or the gap) of one thread touches; the rest of the
+/// channel is the [`ChanCold`] at the same index.
 ///
-/// Packed to 4-byte alignment (the entry time is the only 8-byte field): with up to
-/// `max_syscalls_per_thread` of these per thread they are most of the engine's state.
+/// 96 bytes, aligned to 32: every record spans exactly two cache lines, and what a gap
+/// call touches (`unit`, `dur`) lies in its first 56 bytes.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, packed(4))]
+#[repr(C, align(32))]
 pub struct Chan {
-    pub key: u16,
     /// The thread's unit generation this channel's moving averages belong to; when it
     /// differs from [`Thread::unit`] they are reset on next use (see [`Thread::start_unit`]).
     pub unit: u16,
+    pub key: u16,
     /// Entry time of the previous call of this syscall in the current unit (0 = none).
     pub last_enter_ns: u64,
     /// Execution time (or gap length for [`GAP_KEY`]).
@@ -159,15 +187,89 @@ pub struct Chan {
     pub ia: Series,
 }
 
-/// Leading bytes of a [`Series`] a moving average touches: the ring state and the hot
-/// half of the baseline (the approved and pending epochs and the confirmation state
-/// are read only on a possible outlier, at epoch boundaries and by evaluations).
-const SERIES_HOT_BYTES: usize =
-    std::mem::offset_of!(Series, baseline) + crate::detector::BASELINE_HOT_BYTES;
-/// Leading bytes of a [`Chan`] a call touches up to and including its execution-time
-/// series (all the gap channel's call touches; a syscall's call also touches the
-/// inter-arrival series' hot bytes).
-const CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, dur) + SERIES_HOT_BYTES;
+const _: () = assert!(std::mem::size_of::<Chan>() == 96);
+
+/// The cold part of a channel: its series' approved and pending epochs and confirmation
+/// states.
+#[derive(Clone, Copy, Debug, Default)]
+#[repr(C)]
+pub struct ChanCold {
+    pub dur: SeriesCold,
+    pub ia: SeriesCold,
+}
+
+/// Leading bytes of a [`Chan`] a gap channel's call touches (`unit` and `dur`).
+const GAP_CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
+
+impl ChanCold {
+    /// The cold part of the execution-time (`false`) or frequency (`true`) series.
+    #[inline]
+    pub fn series(&self, frequency: bool) -> &SeriesCold {
+        if frequency {
+            &self.ia
+        } else {
+            &self.dur
+        }
+    }
+
+    /// [`ChanCold::series`], mutable.
+    #[inline]
+    pub fn series_mut(&mut self, frequency: bool) -> &mut SeriesCold {
+        if frequency {
+            &mut self.ia
+        } else {
+            &mut self.dur
+        }
+    }
+}
+
+/// One channel's cold record, created (with the thread's others) only when written:
+/// reading an absent one gives `None`, to be read as [`ChanCold::default`].
+#[derive(Debug)]
+pub struct ColdSlot<'a> {
+    all: &'a mut Vec<ChanCold>,
+    index: usize,
+    /// The thread's channel count and capacity, which the cold records follow.
+    chans: usize,
+    capacity: usize,
+}
+
+impl<'a> ColdSlot<'a> {
+    /// Slot `index` of `all`, whose thread has `chans` channels (capacity `capacity`).
+    pub fn new(all: &'a mut Vec<ChanCold>, index: usize, chans: usize, capacity: usize) -> Self {
+        Self {
+            all,
+            index,
+            chans,
+            capacity,
+        }
+    }
+
+    /// The record, if the thread's cold records exist.
+    #[inline]
+    pub fn peek(&self) -> Option<&ChanCold> {
+        self.all.get(self.index)
+    }
+
+    /// The record, creating the thread's cold records first if they do not exist.
+    #[inline]
+    pub fn get(&mut self) -> Option<&mut ChanCold> {
+        if self.all.len() < self.chans {
+            materialize_cold(self.all, self.chans, self.capacity);
+        }
+        self.all.get_mut(self.index)
+    }
+}
+
+/// Creates the default cold records of a thread with `chans` channels (capacity
+/// `capacity`, exactly, like the channels).
+#[cold]
+pub fn materialize_cold(all: &mut Vec<ChanCold>, chans: usize, capacity: usize) {
+    if all.capacity() < capacity {
+        all.reserve_exact(capacity - all.len());
+    }
+    all.resize(chans, ChanCold::default());
+}
 
 impl Chan {
     /// Starts generation `unit`: the moving averages restart, the baselines stay.
@@ -461,6 +563,12 @@ pub struct Thread {
     pub tested_io: BinSet,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
+    /// Cold parts of `chans`, index for index: empty until one is first written (see
+    /// [`ColdSlot`]), then as long as `chans`. An absent record reads as
+    /// [`ChanCold::default`], which is what it would hold: most threads of a
+    /// thread-per-task server live shorter than an epoch and never learn a baseline, so
+    /// they never allocate one.
+    pub cold: Vec<ChanCold>,
     /// Bins in which a tested moving average was an outlier: how long an anomaly lasted
     /// (a fault persists; a checkpoint burst nobody felt does not). Touched only by
     /// outlier tests, so it sits in the cold part of the record.
@@ -537,8 +645,7 @@ impl Thread {
     pub fn prefetch_call(&self, key: u16, k: usize) {
         if let Some(ci) = self.find_chan(key) {
             if let Some(c) = self.chans.get(ci) {
-                crate::prefetch::bytes(c, CHAN_HOT_BYTES);
-                crate::prefetch::bytes(&c.ia, SERIES_HOT_BYTES);
+                crate::prefetch::two_lines(c);
             }
             if let Some(r) = self.rings.get(ci * 2 * k..(ci + 1) * 2 * k) {
                 crate::prefetch::slice(r);
@@ -546,7 +653,7 @@ impl Thread {
         }
         if let Some(gi) = usize::from(self.gap_chan).checked_sub(1) {
             if let Some(c) = self.chans.get(gi) {
-                crate::prefetch::bytes(c, CHAN_HOT_BYTES);
+                crate::prefetch::bytes(c, GAP_CHAN_HOT_BYTES);
             }
             if let Some(r) = self.rings.get(gi * 2 * k..gi * 2 * k + k) {
                 crate::prefetch::slice(r);
@@ -566,11 +673,18 @@ impl Thread {
             let step = CHAN_STEP.min(cap - self.chans.len());
             self.chans.reserve_exact(step);
         }
+        if !self.cold.is_empty() && self.cold.len() == self.cold.capacity() {
+            self.cold
+                .reserve_exact(self.chans.capacity() - self.cold.len());
+        }
         self.chans.push(Chan {
             key,
             unit: self.unit,
             ..Chan::default()
         });
+        if !self.cold.is_empty() {
+            self.cold.push(ChanCold::default());
+        }
         let i = self.chans.len() - 1;
         if key == GAP_KEY {
             // `i` < cap ≤ 1024 (validated), so `i + 1` fits.
@@ -629,6 +743,7 @@ impl Thread {
     pub fn bytes(&self) -> usize {
         std::mem::size_of::<Self>()
             + self.chans.capacity() * std::mem::size_of::<Chan>()
+            + self.cold.capacity() * std::mem::size_of::<ChanCold>()
             + self.more_keys.capacity() * std::mem::size_of::<u16>()
             + self.rings.capacity() * std::mem::size_of::<f32>()
             + self.episodes.capacity() * std::mem::size_of::<Episode>()
@@ -668,6 +783,28 @@ mod tests {
         }
         assert_eq!((t.find_chan(112), t.find_chan(119)), (Some(15), Some(22)));
         assert_eq!(t.find_chan(120), None);
+    }
+
+    #[test]
+    fn cold_records_appear_on_first_write_then_follow_the_channels() {
+        let mut t = Thread::new(1, 0);
+        for key in [3u16, 4, 5] {
+            t.chan_index(key, 5, 64);
+        }
+        assert!(t.cold.is_empty(), "no cold record before one is written");
+        let (n, cap) = (t.chans.len(), t.chans.capacity());
+        let mut slot = ColdSlot::new(&mut t.cold, 1, n, cap);
+        assert!(slot.peek().is_none());
+        assert!(slot.get().is_some());
+        assert_eq!(
+            (t.cold.len(), t.cold.capacity()),
+            (3, t.chans.capacity()),
+            "one per channel, exactly the channels' capacity"
+        );
+        for key in [6u16, 7] {
+            t.chan_index(key, 5, 64);
+        }
+        assert_eq!((t.cold.len(), t.cold.capacity()), (5, t.chans.capacity()));
     }
 
     #[test]

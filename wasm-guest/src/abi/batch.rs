@@ -62,6 +62,8 @@ pub enum EncodeError {
     TargetTooLong(usize),
     #[error("{0} events in one batch; the batch layout allows at most 2^32 - 1")]
     TooManyEvents(usize),
+    #[error("output buffer is {actual} bytes, the batch needs {expected}")]
+    BufferLength { expected: usize, actual: usize },
 }
 
 fn kind_code(kind: EventKind) -> u8 {
@@ -87,11 +89,33 @@ pub fn encoded_len(target: &str, events: &[SyscallEvent]) -> usize {
     HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf * PERF_LEN
 }
 
+/// [`encoded_len`], or why the batch cannot be encoded at all (the header's limits).
+pub fn checked_encoded_len(target: &str, events: &[SyscallEvent]) -> Result<usize, EncodeError> {
+    u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
+    u32::try_from(events.len()).map_err(|_| EncodeError::TooManyEvents(events.len()))?;
+    Ok(encoded_len(target, events))
+}
+
 /// Encodes `target` and `events` into `out` (cleared first; its capacity is reused).
 pub fn encode_batch(
     target: &str,
     events: &[SyscallEvent],
     out: &mut Vec<u8>,
+) -> Result<(), EncodeError> {
+    out.clear();
+    // Sized once, then filled in place: no capacity check per field.
+    out.resize(encoded_len(target, events), 0);
+    encode_batch_into(target, events, out)
+}
+
+/// Encodes `target` and `events` into `out`, which must be exactly
+/// [`encoded_len`]`(target, events)` bytes long (else [`EncodeError::BufferLength`]).
+/// Every byte is written, so `out` may hold anything before: a host can encode straight
+/// into the guest's argument buffer instead of into its own and then copying it there.
+pub fn encode_batch_into(
+    target: &str,
+    events: &[SyscallEvent],
+    out: &mut [u8],
 ) -> Result<(), EncodeError> {
     let target_len =
         u16::try_from(target.len()).map_err(|_| EncodeError::TargetTooLong(target.len()))?;
@@ -99,12 +123,13 @@ pub fn encode_batch(
     let perf_count = events.iter().filter(|e| e.perf.is_some()).count();
     // Fits: perf_count <= events.len() <= u32::MAX.
     let n_perf = perf_count as u32;
-    out.clear();
-    // Sized once, then filled in place: no capacity check per field.
-    out.resize(
-        HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf_count * PERF_LEN,
-        0,
-    );
+    let expected = HEADER_LEN + target.len() + events.len() * RECORD_LEN + perf_count * PERF_LEN;
+    if out.len() != expected {
+        return Err(EncodeError::BufferLength {
+            expected,
+            actual: out.len(),
+        });
+    }
     let (header, body) = out.split_at_mut(HEADER_LEN);
     header[0..4].copy_from_slice(&MAGIC);
     header[4..6].copy_from_slice(&BATCH_VERSION.to_le_bytes());
@@ -115,16 +140,24 @@ pub fn encode_batch(
     name.copy_from_slice(target.as_bytes());
     let (records, perf_area) = body.split_at_mut(events.len() * RECORD_LEN);
     for (e, rec) in events.iter().zip(records.chunks_exact_mut(RECORD_LEN)) {
-        rec[0..4].copy_from_slice(&e.pid.to_le_bytes());
-        rec[4..8].copy_from_slice(&e.tid.to_le_bytes());
-        rec[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
-        rec[10] = kind_code(e.kind);
-        rec[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
+        // Built whole on the stack and stored at once: the reserved bytes are written
+        // (zero) too, and the compiler sees one 40-byte store instead of eight slices.
+        let mut r = [0u8; RECORD_LEN];
+        r[0..4].copy_from_slice(&e.pid.to_le_bytes());
+        r[4..8].copy_from_slice(&e.tid.to_le_bytes());
+        r[8..10].copy_from_slice(&e.syscall.0.to_le_bytes());
+        r[10] = kind_code(e.kind);
+        r[11] = if e.ret.is_some() { FLAG_RET } else { 0 }
             | if e.perf.is_some() { FLAG_PERF } else { 0 };
-        // rec[12..16] reserved, left zero.
-        rec[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
-        rec[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
-        rec[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
+        // r[12..16] reserved, zero.
+        r[16..24].copy_from_slice(&e.ts_ns.to_le_bytes());
+        r[24..32].copy_from_slice(&e.duration_ns.to_le_bytes());
+        r[32..40].copy_from_slice(&e.ret.unwrap_or(0).to_le_bytes());
+        rec.copy_from_slice(&r);
+    }
+    if perf_count == 0 {
+        // Most sources have no counters: skip a second pass over the events.
+        return Ok(());
     }
     let perf = events.iter().filter_map(|e| e.perf.as_ref());
     for (p, block) in perf.zip(perf_area.chunks_exact_mut(PERF_LEN)) {
@@ -220,20 +253,25 @@ fn decode_into<'a>(
         .ok_or(DecodeError::TargetUtf8)?;
     let records_end = target_end + n as usize * RECORD_LEN;
     let records = bytes.get(target_end..records_end).unwrap_or(&[]);
-    let mut perf_blocks = bytes
+    let perf_blocks = bytes
         .get(records_end..)
         .unwrap_or(&[])
         .chunks_exact(PERF_LEN);
+    // Validated whole first, in record order (the first bad record is the error), then
+    // decoded in a second pass that cannot fail: without perf blocks that pass is one
+    // `extend` of known length, no capacity check or error path per record (a tenth of
+    // the WASM guest's time went to decoding).
     let mut flagged: u64 = 0;
-    events.reserve(n as usize);
     for (index, chunk) in records.chunks_exact(RECORD_LEN).enumerate() {
         let Ok(rec) = <&[u8; RECORD_LEN]>::try_from(chunk) else {
             continue; // unreachable: chunks_exact yields RECORD_LEN bytes
         };
-        let kind = kind_from(rec[10]).ok_or(DecodeError::Kind {
-            index,
-            kind: rec[10],
-        })?;
+        if kind_from(rec[10]).is_none() {
+            return Err(DecodeError::Kind {
+                index,
+                kind: rec[10],
+            });
+        }
         let flags = rec[11];
         if flags & !(FLAG_RET | FLAG_PERF) != 0 {
             return Err(DecodeError::Flags { index, flags });
@@ -241,34 +279,15 @@ fn decode_into<'a>(
         if le32::<12, RECORD_LEN>(rec) != 0 {
             return Err(DecodeError::Reserved { index });
         }
-        let perf = if flags & FLAG_PERF != 0 {
+        if flags & FLAG_PERF != 0 {
             flagged += 1;
-            let p = perf_blocks
-                .next()
-                .and_then(|p| <&[u8; PERF_LEN]>::try_from(p).ok())
-                .ok_or(DecodeError::PerfCount {
+            if flagged > u64::from(n_perf) {
+                return Err(DecodeError::PerfCount {
                     declared: n_perf,
                     flagged,
-                })?;
-            Some(PerfCounters {
-                cycles: le64::<0, PERF_LEN>(p),
-                instructions: le64::<8, PERF_LEN>(p),
-                cache_misses: le64::<16, PERF_LEN>(p),
-                context_switches: le64::<24, PERF_LEN>(p),
-            })
-        } else {
-            None
-        };
-        events.push(SyscallEvent {
-            pid: le32::<0, RECORD_LEN>(rec),
-            tid: le32::<4, RECORD_LEN>(rec),
-            syscall: SyscallId(le16::<8, RECORD_LEN>(rec)),
-            kind,
-            ts_ns: le64::<16, RECORD_LEN>(rec),
-            duration_ns: le64::<24, RECORD_LEN>(rec),
-            ret: (flags & FLAG_RET != 0).then(|| le64::<32, RECORD_LEN>(rec) as i64),
-            perf,
-        });
+                });
+            }
+        }
     }
     if flagged != u64::from(n_perf) {
         return Err(DecodeError::PerfCount {
@@ -276,7 +295,49 @@ fn decode_into<'a>(
             flagged,
         });
     }
+    let mut perf_blocks = perf_blocks.map(|p| {
+        <&[u8; PERF_LEN]>::try_from(p).ok().map(|p| PerfCounters {
+            cycles: le64::<0, PERF_LEN>(p),
+            instructions: le64::<8, PERF_LEN>(p),
+            cache_misses: le64::<16, PERF_LEN>(p),
+            context_switches: le64::<24, PERF_LEN>(p),
+        })
+    });
+    let records = records.chunks_exact(RECORD_LEN);
+    if n_perf == 0 {
+        events.extend(records.map(|chunk| record(chunk, None)));
+    } else {
+        events.reserve(n as usize);
+        for chunk in records {
+            let perf = if chunk.get(11).is_some_and(|f| f & FLAG_PERF != 0) {
+                perf_blocks.next().flatten()
+            } else {
+                None
+            };
+            events.push(record(chunk, perf));
+        }
+    }
     Ok(target)
+}
+
+/// One validated record (kind and flags checked by [`decode_into`]'s first pass).
+#[inline(always)]
+fn record(chunk: &[u8], perf: Option<PerfCounters>) -> SyscallEvent {
+    const EMPTY: [u8; RECORD_LEN] = [0; RECORD_LEN];
+    // Always RECORD_LEN bytes (from `chunks_exact`).
+    let rec = <&[u8; RECORD_LEN]>::try_from(chunk).unwrap_or(&EMPTY);
+    let flags = rec[11];
+    SyscallEvent {
+        pid: le32::<0, RECORD_LEN>(rec),
+        tid: le32::<4, RECORD_LEN>(rec),
+        syscall: SyscallId(le16::<8, RECORD_LEN>(rec)),
+        // Validated: the fallback is never taken.
+        kind: kind_from(rec[10]).unwrap_or(EventKind::Complete),
+        ts_ns: le64::<16, RECORD_LEN>(rec),
+        duration_ns: le64::<24, RECORD_LEN>(rec),
+        ret: (flags & FLAG_RET != 0).then(|| le64::<32, RECORD_LEN>(rec) as i64),
+        perf,
+    }
 }
 
 #[cfg(test)]
@@ -316,6 +377,24 @@ mod tests {
         let target = decode_batch(&buf, &mut out).unwrap();
         assert_eq!(target, "mariadb · prod");
         assert_eq!(out, ev);
+    }
+
+    #[test]
+    fn encoding_into_a_dirty_buffer_writes_every_byte() {
+        let ev = sample();
+        let mut clean = Vec::new();
+        encode_batch("db", &ev, &mut clean).unwrap();
+        let mut dirty = vec![0xAAu8; clean.len()];
+        encode_batch_into("db", &ev, &mut dirty).unwrap();
+        assert_eq!(dirty, clean);
+        let mut short = vec![0u8; clean.len() - 1];
+        assert_eq!(
+            encode_batch_into("db", &ev, &mut short),
+            Err(EncodeError::BufferLength {
+                expected: clean.len(),
+                actual: clean.len() - 1
+            })
+        );
     }
 
     #[test]
