@@ -291,7 +291,11 @@ fn burst_stream(slow_seconds: f64) -> Vec<SyscallEvent> {
 }
 
 fn run_events(events: &[SyscallEvent]) -> (Vec<Report>, Engine) {
-    let mut engine = Engine::new(Params::default()).expect("valid params");
+    run_events_with(events, Params::default())
+}
+
+fn run_events_with(events: &[SyscallEvent], params: Params) -> (Vec<Report>, Engine) {
+    let mut engine = Engine::new(params).expect("valid params");
     let mut reports = Vec::new();
     for chunk in events.chunks(4096) {
         engine.ingest("svc", chunk);
@@ -331,14 +335,13 @@ fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasti
 
     // With persistence switched off the burst alone is a verdict: the test measures the
     // mechanism, not a quiet stream.
-    let mut engine = Engine::new(Params {
-        min_persistence: 0.0,
-        ..Params::default()
-    })
-    .expect("valid params");
-    for chunk in burst_stream(1.0).chunks(4096) {
-        engine.ingest("svc", chunk);
-    }
+    let (_, mut engine) = run_events_with(
+        &burst_stream(1.0),
+        Params {
+            min_persistence: 0.0,
+            ..Params::default()
+        },
+    );
     let r = engine.trigger("svc", 41_000_000_000).expect("report");
     assert_ne!(r.verdict, Verdict::None, "{r:#?}");
 }
@@ -347,36 +350,48 @@ fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasti
 /// second each; at 40 s, threads 0–3 enter a `futex` that never returns (a lock held by
 /// another session), the other three carry on.
 fn lock_stream() -> Vec<SyscallEvent> {
+    blocking_stream(200, 4, None, 0x9e37_79b9_7f4a_7c15)
+}
+
+/// Seven threads of process `pid` alternate `futex` (≈ 40 µs; ≈ 500 ms for thread
+/// `slow_waiter`, a condition-variable wait) and `read` (≈ 60 µs) ≈ 300 times a second
+/// until 70 s; at 40 s threads `0..blocked` enter a `futex` that never returns.
+fn blocking_stream(
+    pid: u32,
+    blocked: usize,
+    slow_waiter: Option<usize>,
+    seed: u64,
+) -> Vec<SyscallEvent> {
     let futex = faultline_engine::SyscallId::from_name("futex");
     let read = faultline_engine::SyscallId::from_name("read");
     let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
-    let mut next = uniform(0x9e37_79b9_7f4a_7c15);
+    let mut next = uniform(seed);
     let mut events = Vec::new();
     let mut clocks: Vec<u64> = (0..7u64).map(|i| 1_000_000 + i * 100_000).collect();
-    let mut blocked = [false; 7];
+    let mut stopped = [false; 7];
     let mut turn = [0u32; 7];
     while let Some((i, &at)) = clocks
         .iter()
         .enumerate()
-        .filter(|(i, _)| !blocked[*i])
+        .filter(|(i, _)| !stopped[*i])
         .min_by_key(|(_, &t)| t)
     {
         if at >= end {
             break;
         }
-        let tid = 200 + i as u32;
-        if i < 4 && at >= block_at {
-            events.push(SyscallEvent::enter(200, tid, futex, at));
-            blocked[i] = true;
+        let tid = pid + i as u32;
+        if i < blocked && at >= block_at {
+            events.push(SyscallEvent::enter(pid, tid, futex, at));
+            stopped[i] = true;
             continue;
         }
-        let (sc, dur) = if turn[i] % 2 == 0 {
-            (futex, (20_000.0 + 40_000.0 * next()) as u64)
-        } else {
-            (read, (30_000.0 + 60_000.0 * next()) as u64)
+        let (sc, dur) = match turn[i] % 2 {
+            0 if slow_waiter == Some(i) => (futex, (400_000_000.0 + 200_000_000.0 * next()) as u64),
+            0 => (futex, (20_000.0 + 40_000.0 * next()) as u64),
+            _ => (read, (30_000.0 + 60_000.0 * next()) as u64),
         };
         turn[i] += 1;
-        events.push(SyscallEvent::complete(200, tid, sc, at, dur));
+        events.push(SyscallEvent::complete(pid, tid, sc, at, dur));
         clocks[i] = at + dur + (1_000_000.0 + 1_400_000.0 * next()) as u64;
     }
     events
@@ -442,14 +457,13 @@ fn lasting_outliers_corroborate_only_within_the_corroboration_span() {
 
     // A wider span joins the 1.5 s apart pair: the test measures the rule, not a quiet
     // stream.
-    let mut engine = Engine::new(Params {
-        corroboration_seconds: 2.0,
-        ..Params::default()
-    })
-    .expect("valid params");
-    for chunk in two_lasting_slowdowns(1.5).chunks(4096) {
-        engine.ingest("svc", chunk);
-    }
+    let (_, mut engine) = run_events_with(
+        &two_lasting_slowdowns(1.5),
+        Params {
+            corroboration_seconds: 2.0,
+            ..Params::default()
+        },
+    );
     let r = engine.trigger("svc", 45_000_000_000).expect("report");
     assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
 }
@@ -633,43 +647,10 @@ fn busy_threads_stalled_outside_their_calls_at_once_are_an_external_fault() {
     );
 }
 
-/// Seven threads call `futex` then `read` ≈ 300 times a second; thread 1's futex waits
-/// are long (≈ 500 ms, a condition-variable wait), the others' short (≈ 40 µs). At 40 s
-/// threads 0 and 1 block in a `futex` that never returns; the others carry on.
+/// Thread 1's futex waits are long (≈ 500 ms), the others' short; at 40 s threads 0
+/// and 1 block in a `futex` that never returns; the others carry on.
 fn staggered_lock_stream() -> Vec<SyscallEvent> {
-    let futex = faultline_engine::SyscallId::from_name("futex");
-    let read = faultline_engine::SyscallId::from_name("read");
-    let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
-    let mut next = uniform(0xbb67_ae85_84ca_a73b);
-    let mut events = Vec::new();
-    let mut clocks: Vec<u64> = (0..7u64).map(|i| 1_000_000 + i * 100_000).collect();
-    let mut blocked = [false; 7];
-    let mut turn = [0u32; 7];
-    while let Some((i, &at)) = clocks
-        .iter()
-        .enumerate()
-        .filter(|(i, _)| !blocked[*i])
-        .min_by_key(|(_, &t)| t)
-    {
-        if at >= end {
-            break;
-        }
-        let tid = 400 + i as u32;
-        if i < 2 && at >= block_at {
-            events.push(SyscallEvent::enter(400, tid, futex, at));
-            blocked[i] = true;
-            continue;
-        }
-        let (sc, dur) = match (turn[i] % 2, i) {
-            (0, 1) => (futex, (400_000_000.0 + 200_000_000.0 * next()) as u64),
-            (0, _) => (futex, (20_000.0 + 40_000.0 * next()) as u64),
-            _ => (read, (30_000.0 + 60_000.0 * next()) as u64),
-        };
-        turn[i] += 1;
-        events.push(SyscallEvent::complete(400, tid, sc, at, dur));
-        clocks[i] = at + dur + (1_000_000.0 + 1_400_000.0 * next()) as u64;
-    }
-    events
+    blocking_stream(400, 2, Some(1), 0xbb67_ae85_84ca_a73b)
 }
 
 /// Two threads blocked by the same lock cross their stuck limits seconds apart (each
