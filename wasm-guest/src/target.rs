@@ -476,7 +476,7 @@ impl Target {
         // 1. Execution units: split on a gap larger than the threshold.
         let mut gap = None;
         if th.last_exit_ns == 0 || call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
-            if let Some(e) = stall_episode(th, call.enter_ns, d, self.params.stall_min_calls) {
+            if let Some(e) = stall_episode(th, call.enter_ns, d, &self.params) {
                 if !th.dirty {
                     th.dirty = true;
                     self.dirty_threads += 1;
@@ -524,6 +524,8 @@ impl Target {
         }
         // 3. The syscall's execution time and frequency channels.
         let key = call.syscall.0;
+        // Whether the thread's own execution-time baseline judged this call.
+        let mut own_judged = false;
         match th.chan_index(key, k, d.max_chans) {
             Some(ci) => {
                 let mut key_tested = false;
@@ -545,6 +547,7 @@ impl Target {
                         ts,
                         d,
                     ) {
+                        own_judged = ch.dur.baseline.gate_usable();
                         key_tested = true;
                         outlying |= ch.dur.run;
                         if let Some(run) = r {
@@ -599,6 +602,27 @@ impl Target {
         if outlying {
             th.outlying.mark(bin);
         }
+        // 4. A long call no baseline can judge (see `blocked_episode`).
+        let longest_ns = u64::from(th.longest_call_us) * 1000;
+        th.longest_call_us = th
+            .longest_call_us
+            .max((call.duration_ns / 1000).min(u64::from(u32::MAX)) as u32);
+        let limit_ns = blocked_limit_ns(longest_ns, d);
+        if !own_judged && call.duration_ns >= limit_ns {
+            let pooled = pooled_mean(&self.pools, call.syscall.0, d);
+            let stop = Stop {
+                enter_ns: call.enter_ns,
+                key: call.syscall.0,
+                elapsed_ns: call.duration_ns,
+                limit_ns,
+                pooled_mean: pooled,
+            };
+            if let Some(e) = blocked_episode(th, stop, d, &self.params) {
+                // (Its baselines stay clean: no baseline judged the call.)
+                th.last_episode_ns = e.alarm_ns.max(1);
+                th.push_episode(e);
+            }
+        }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
                 || th.last_episode_ns == 0;
@@ -625,6 +649,7 @@ impl Target {
                     key,
                     frequency,
                     stall: false,
+                    busy: false,
                     top,
                 });
             }
@@ -651,6 +676,7 @@ impl Target {
         let max_n = self.d.max_n;
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
         for t in self.threads.iter_mut() {
+            t.longest_call_us -= t.longest_call_us / 8;
             let clean = target_clean && !t.dirty;
             if t.cold.len() < t.chans.len() {
                 // Without cold records and with nothing learnt, a rotation leaves every
@@ -757,7 +783,7 @@ impl Target {
         // Threads all still stuck in a call at `to` are stopped at the same time, however
         // far apart their calls crossed the stuck limit (which depends on each thread's
         // baseline): a lock's waiters, whose limits differ by seconds.
-        let cluster = alarms
+        let corroborated = alarms
             .windows(need)
             .find(|w| match (w.first(), w.last()) {
                 (Some(a), Some(b)) => {
@@ -766,6 +792,20 @@ impl Target {
                 _ => false,
             })
             .and_then(|w| w.first().map(|&(at, _)| at));
+        // On demand the alarm corroborates: a busy thread that stopped and stayed stopped
+        // (blocked on a lock, stuck in a call) is then an anomaly on its own — the one
+        // sysbench session a held table lock stops (measured on MariaDB: 1 of 6 busy
+        // threads). Continuous mode keeps asking for `min_affected_threads`: a single
+        // thread stopping is not yet news about the target.
+        let lone = match onset {
+            Onset::At(_) if corroborated.is_none() && self.params.stall_min_calls > 0 => self
+                .threads
+                .iter()
+                .filter_map(|t| self.lasting_stop(t, lo, to, seen))
+                .min(),
+            _ => None,
+        };
+        let cluster = corroborated.or(lone);
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.
@@ -821,7 +861,7 @@ impl Target {
                     listed.push(AffectedThread {
                         tid: t.tid,
                         onset_seconds: sigma,
-                        syscall: if e.stall {
+                        syscall: if e.key == GAP_KEY && e.stall {
                             "stall".to_string()
                         } else if e.key == GAP_KEY {
                             "cpu_gap".to_string()
@@ -850,7 +890,8 @@ impl Target {
         // `corroboration_seconds` of each other
         // somewhere in the window (on demand too: outliers scattered after an alarm are
         // not one anomaly).
-        let anomalous = cluster.is_some() && findings.len() >= self.params.min_affected_threads;
+        let anomalous = cluster.is_some()
+            && (lone.is_some() || findings.len() >= self.params.min_affected_threads);
         let top_time = rank.by_time(self.params.top_n);
         let top_freq = rank.by_frequency(self.params.top_n);
         let top_io = top_time
@@ -963,8 +1004,24 @@ impl Target {
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let p = t.pairer.pending?;
         let d = &self.d;
-        let ci = t.chans.iter().position(|c| c.key == p.syscall.0)?;
-        let r = t.cold.get(ci)?.dur.baseline.usable(d.min_n, d.min_epochs)?;
+        let baseline = t
+            .chans
+            .iter()
+            .position(|c| c.key == p.syscall.0)
+            .and_then(|ci| t.cold.get(ci))
+            .and_then(|c| c.dur.baseline.usable(d.min_n, d.min_epochs));
+        let Some(r) = baseline else {
+            // No baseline of its own: a busy thread blocked in it (see `blocked_episode`).
+            let stop = Stop {
+                enter_ns: p.enter_ns,
+                key: p.syscall.0,
+                elapsed_ns: to.saturating_sub(p.enter_ns),
+                limit_ns: blocked_limit_ns(u64::from(t.longest_call_us) * 1000, d),
+                pooled_mean: pooled_mean(&self.pools, p.syscall.0, d),
+            };
+            let e = blocked_episode(t, stop, d, &self.params)?;
+            return (e.alarm_ns <= to).then_some(Episode { stall: false, ..e });
+        };
         let limit_ns = single_value_limit(&r, d);
         let crossed = p.enter_ns.saturating_add(limit_ns);
         if crossed > to {
@@ -983,8 +1040,49 @@ impl Target {
             key: p.syscall.0,
             frequency: false,
             stall: false,
+            busy: at_activity_floor(t, p.enter_ns, d, &self.params),
             top,
         })
+    }
+
+    /// When a busy thread stopped for good in `[lo, to]`: still stuck in its call (see
+    /// [`Self::lasting_inflight`]), or blocked or stalled and it stayed stopped.
+    fn lasting_stop(&self, t: &Thread, lo: u64, to: u64, seen: u64) -> Option<u64> {
+        let stuck = self
+            .lasting_inflight(t, seen)
+            .filter(|e| e.busy && e.alarm_ns >= lo)
+            .map(|e| e.alarm_ns);
+        let stopped = t
+            .episodes
+            .iter()
+            .filter(|e| e.alarm_ns >= lo && e.alarm_ns <= to)
+            // A stop knows whether it stopped a busy thread; an outlier (a lock's waiter
+            // whose timed waits have a baseline) asks the bins before it.
+            .filter(|e| {
+                if e.stall {
+                    e.busy
+                } else {
+                    at_activity_floor(t, e.alarm_ns, &self.d, &self.params)
+                }
+            })
+            .filter(|e| self.stayed_stopped(t, e, seen))
+            .map(|e| e.alarm_ns)
+            .min();
+        match (stuck, stopped) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Whether a thread stopped by `e` (a stall or a block) stayed stopped: in the
+    /// `persistence_seconds` after it, it made fewer than `stall_min_calls` calls a second
+    /// (a lock's waiter wakes once a second to re-check; a thread back at work is far above).
+    /// Undecided (false) until that much data followed.
+    fn stayed_stopped(&self, t: &Thread, e: &Episode, seen: u64) -> bool {
+        let end = e.alarm_ns.saturating_add(self.d.persistence_ns);
+        let per_second =
+            self.calls_between(t, e.alarm_ns, end) / self.params.persistence_seconds.max(1e-9);
+        end <= seen && per_second < f64::from(self.params.stall_min_calls)
     }
 
     /// Share of `t`'s tested bins in the `persistence_seconds` after an outlier at
@@ -1203,13 +1301,9 @@ fn single_value_limit(r: &crate::detector::Reference, d: &Derived) -> u64 {
 /// ever paused over 1 s outside a call). It counts when the thread made `min_calls` calls
 /// in the second before (`Params::stall_min_calls`) and the gap alone lifts its gap
 /// channel over the threshold ([`single_value_limit`]), the rule a stuck call meets.
-fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, min_calls: u32) -> Option<Episode> {
+fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, p: &Params) -> Option<Episode> {
     let last = th.last_exit_ns;
-    if last == 0 || min_calls == 0 || th.pairer.pending.is_some() {
-        return None;
-    }
-    let before = calls_in(th, last.saturating_sub(1_000_000_000), last, d.bin_ns);
-    if before < f64::from(min_calls) {
+    if last == 0 || th.pairer.pending.is_some() || !busy_before(th, last, d, p.stall_min_calls) {
         return None;
     }
     let ci = th.chans.iter().position(|c| c.key == GAP_KEY)?;
@@ -1236,8 +1330,94 @@ fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, min_calls: u32) -> Op
         key: GAP_KEY,
         frequency: false,
         stall: true,
+        busy: at_activity_floor(th, last, d, p),
         top,
     })
+}
+
+/// Whether `th` made `min_calls` calls in the second before `at` (0 switches the stop
+/// rules off): it was working, so a stop right after is news.
+fn busy_before(th: &Thread, at: u64, d: &Derived, min_calls: u32) -> bool {
+    min_calls > 0
+        && calls_in(th, at.saturating_sub(1_000_000_000), at, d.bin_ns) >= f64::from(min_calls)
+}
+
+/// Whether `th` ran at the activity floor of τ's population (`min_active_calls` per α)
+/// in the α before `at`.
+fn at_activity_floor(th: &Thread, at: u64, d: &Derived, p: &Params) -> bool {
+    calls_in(th, at.saturating_sub(d.alpha_ns), at, d.bin_ns) >= f64::from(p.min_active_calls)
+}
+
+/// A *block*: a busy thread (see [`busy_before`]) spent longer than the unit gap in one
+/// call of a kind it had no baseline for — a connection thread that waits on a lock
+/// (futex) it normally takes uncontended, so rarely that the call never got a
+/// baseline of its own (measured on MariaDB: a backend blocked on a metadata or row lock
+/// had made 7–12 futex calls in 45 s before). Judged by the same "longer than any normal
+/// pause" as a stall: the unit gap. A thread stuck in such a call is caught while it is
+/// still in it by [`Target::inflight_episode`].
+fn blocked_episode(th: &Thread, stop: Stop, d: &Derived, p: &Params) -> Option<Episode> {
+    // A thread whose other calls have no baseline yet is new (or the trace is): every
+    // call of it lacks one, and a busy start followed by a first idle wait is no fault
+    // (measured: Apache workers at the start of a trace).
+    let known = th.chans.iter().zip(&th.cold).any(|(c, cold)| {
+        c.key != stop.key
+            && c.key != GAP_KEY
+            && cold.dur.baseline.usable(d.min_n, d.min_epochs).is_some()
+    });
+    (p.stall_min_calls > 0 && known && at_activity_floor(th, stop.enter_ns, d, p))
+        .then(|| stopped_in_call(th, stop, d, p))
+}
+
+/// How long a call without a baseline must last to block a thread whose longest call so
+/// far took `longest_ns`: twice that, and at least the unit gap. Pool workers park for
+/// long in calls they make too rarely for a baseline, again and again (measured: Apache
+/// workers take turns idling 16 s in futex); a lock's waiter never waited that long.
+fn blocked_limit_ns(longest_ns: u64, d: &Derived) -> u64 {
+    longest_ns.saturating_mul(2).max(d.gap_ns)
+}
+
+/// A call a thread stopped in, for [`stopped_in_call`].
+#[derive(Clone, Copy)]
+struct Stop {
+    enter_ns: u64,
+    key: u16,
+    /// How long it lasted (or has lasted so far).
+    elapsed_ns: u64,
+    /// When it began to count ([`blocked_limit_ns`] after the entry).
+    limit_ns: u64,
+    /// The target's pooled mean execution time of `key`, when known: what the ranking
+    /// compares the call with, as the thread has no baseline of its own.
+    pooled_mean: Option<f32>,
+}
+
+/// The episode of a busy thread stopped in a call it had no baseline for: it counts
+/// from the unit gap after the entry.
+fn stopped_in_call(th: &Thread, stop: Stop, d: &Derived, p: &Params) -> Episode {
+    let mut top = [Increase::default(); EPISODE_TOP];
+    top[0] = Increase {
+        key: stop.key,
+        time: stop.pooled_mean.map_or(0.0, |m| {
+            detector::increase(stop.elapsed_ns as f32, m).max(0.0)
+        }),
+        freq: 0.0,
+    };
+    Episode {
+        alarm_ns: stop.enter_ns.saturating_add(stop.limit_ns),
+        unit_start_ns: th.unit_start_ns,
+        key: stop.key,
+        frequency: false,
+        stall: true,
+        busy: at_activity_floor(th, stop.enter_ns, d, p),
+        top,
+    }
+}
+
+/// The target's pooled mean execution time of `key`, once its pool is usable.
+fn pooled_mean(pools: &[Pool], key: u16, d: &Derived) -> Option<f32> {
+    pools
+        .get(pool_index(key))
+        .and_then(|p| p.dur.usable(d.pool_min_n, d.min_epochs))
+        .map(|r| r.mean)
 }
 
 /// `sorted` without its far-out high values (above Q3 + 3·IQR, Tukey's fence), when there

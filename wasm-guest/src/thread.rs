@@ -302,8 +302,14 @@ pub struct Episode {
     pub key: u16,
     /// Confirmed on the frequency channel (rather than execution time).
     pub frequency: bool,
-    /// A stall: the thread stopped outside any call (see `target::stall_episode`).
+    /// The episode stopped the thread: a stall outside any call (`key` is the gap
+    /// channel, see `target::stall_episode`) or a block in a call it had no baseline for
+    /// (see `target::blocked_episode`).
     pub stall: bool,
+    /// It stopped a thread that was busy (at the activity floor, `min_active_calls` per
+    /// α) right before: on demand, such a stop alone is an anomaly (see
+    /// `Target::evaluate`).
+    pub busy: bool,
     pub top: [Increase; EPISODE_TOP],
 }
 
@@ -546,6 +552,10 @@ pub struct Thread {
     /// Index + 1 of the gap channel (0 = none yet): looked up twice per call, and a
     /// field read is cheaper than the key scan (it fills padding, the record does not grow).
     gap_chan: u16,
+    /// Longest call the thread completed (µs), decaying by 1/8 per epoch: what "blocked
+    /// longer than it ever waits" is measured against (see `target::blocked_episode`;
+    /// it fills padding, the record does not grow).
+    pub longest_call_us: u32,
     pub pairer: Pairer,
     /// Keys of the first [`INLINE_KEYS`] channels, parallel to `chans`: the per-call
     /// lookup scans 2 bytes per channel in the thread's own cache lines instead of whole

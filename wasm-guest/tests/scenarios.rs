@@ -705,3 +705,85 @@ fn an_alarm_ahead_of_the_data_does_not_make_open_calls_stuck() {
     assert_eq!(r.verdict, Verdict::None, "{r:#?}");
     assert!(r.affected_threads.is_empty(), "{r:#?}");
 }
+
+/// Six busy connection threads alternating `read`/`sendto`; from 40 s thread 0 waits on a
+/// lock it never contended before: `futex` timed waits of 1 s, one after the other, with a
+/// cheap re-check between (MariaDB's metadata-lock wait). `repeat_idle` instead parks
+/// thread 0 in one 16-s `futex` wait every 32 s from 16 s on, as Apache's workers take
+/// turns idling.
+fn lone_waiter_stream(repeat_idle: bool) -> Vec<SyscallEvent> {
+    let futex = faultline_engine::SyscallId::from_name("futex");
+    let read = faultline_engine::SyscallId::from_name("read");
+    let send = faultline_engine::SyscallId::from_name("sendto");
+    let block_at = 40_000_000_000u64;
+    let end = if repeat_idle {
+        100_000_000_000
+    } else {
+        70_000_000_000
+    };
+    let mut next = uniform(0x5be0_cd19_137e_2179);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..6u64).map(|i| 1_000_000 + i * 100_000).collect();
+    let mut turn = [0u32; 6];
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let tid = 300 + i as u32;
+        let waiting = i == 0
+            && if repeat_idle {
+                at % 32_000_000_000 >= 16_000_000_000
+            } else {
+                at >= block_at
+            };
+        if waiting {
+            let wait = if repeat_idle {
+                16_000_000_000
+            } else {
+                1_000_050_000
+            };
+            events.push(SyscallEvent::complete(300, tid, futex, at, wait));
+            clocks[i] = at + wait + 10_000;
+            continue;
+        }
+        let (sc, dur) = match turn[i] % 2 {
+            0 => (read, (20_000.0 + 40_000.0 * next()) as u64),
+            _ => (send, (30_000.0 + 60_000.0 * next()) as u64),
+        };
+        turn[i] += 1;
+        events.push(SyscallEvent::complete(300, tid, sc, at, dur));
+        clocks[i] = at + dur + (1_000_000.0 + 1_000_000.0 * next()) as u64;
+    }
+    events
+}
+
+/// On demand the alarm itself corroborates: one busy thread of six that stopped on a
+/// lock and stayed stopped is an internal fault (τ = 1/6), named by its call. Continuous
+/// mode still asks for `min_affected_threads`.
+#[test]
+fn a_lone_busy_thread_blocked_on_a_lock_is_internal_on_demand() {
+    let (reports, mut engine) = run_events(&lone_waiter_stream(false));
+    assert!(
+        reports.iter().all(|r| r.verdict == Verdict::None),
+        "{:#?}",
+        reports.iter().find(|r| r.verdict != Verdict::None)
+    );
+    let r = engine.trigger("svc", 50_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
+    assert_eq!(r.active_threads, 6, "{r:#?}");
+    let a = r.affected_threads.first().expect("the waiter");
+    assert_eq!((a.tid, a.syscall.as_str()), (300, "futex"), "{r:#?}");
+    let onset = r.anomaly_onset_ns.expect("onset");
+    assert!(
+        (40_000_000_000..42_100_000_000).contains(&onset),
+        "onset {onset} should follow the block at 40 s within the unit gap: {r:#?}"
+    );
+}
+
+/// A long wait is a pool worker's idle turn when the thread waited as long before: no
+/// longer than twice its longest earlier call, it stops nothing.
+#[test]
+fn a_worker_that_idles_in_turns_is_not_a_lone_stop() {
+    assert_no_verdict(&lone_waiter_stream(true), 88_000_000_000);
+}
