@@ -1000,10 +1000,13 @@ impl Target {
     /// a thread blocked on a lock (or a stalled disk) makes no more calls, so only its
     /// open call can show the impact. It counts as an outlier from the moment its
     /// elapsed time crossed max(8×, Θ·σ·√k above) the baseline geometric mean, and at
-    /// least the execution-unit gap threshold after its entry.
+    /// least the execution-unit gap threshold after its entry. A thread in no call that
+    /// has been silent since its last one is asked whether it spins ([`spin_episode`]).
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
-        let p = t.pairer.pending?;
         let d = &self.d;
+        let Some(p) = t.pairer.pending else {
+            return spin_episode(t, to, d, &self.params);
+        };
         let baseline = t
             .chans
             .iter()
@@ -1331,6 +1334,59 @@ fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, p: &Params) -> Option
         frequency: false,
         stall: true,
         busy: at_activity_floor(th, last, d, p),
+        top,
+    })
+}
+
+/// A *spin*: the thread, busy until its last call returned at `th.last_exit_ns`, has
+/// made no call since, and is in none, at `to`: it is running in user space without
+/// system calls (a runaway loop or query) or was stopped outside the syscall path (killed,
+/// frozen). The ongoing form of a stall ([`stall_episode`] only sees a stall once the
+/// thread resumes, and a runaway query never does). No thread of 33 fault-free
+/// recordings (PostgreSQL, MariaDB, Apache) was ever silent outside a call for over
+/// 0.5 s, while the MariaDB session running `SELECT BENCHMARK(...)` was for the whole
+/// fault (20–45 s, after a burst of 22 calls). Counted from its gap channel's
+/// single-value limit, or from the unit gap when the thread has no gap baseline (a
+/// pooled connection thread woken for the query has none). A spin stopped a thread
+/// that was working, so it counts as busy for the on-demand lone-stop rule.
+fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode> {
+    let last = th.last_exit_ns;
+    if last == 0
+        || th.pairer.pending.is_some()
+        || th.last_seen_ns > last
+        || p.stall_min_calls == 0
+        // Whole bins, not pro rata: the calls right before a spin are often a burst of a
+        // millisecond (a pooled thread woken for the query) that a pro-rata share of
+        // its bin would miss.
+        || th.calls.sum(last.saturating_sub(1_000_000_000) / d.bin_ns, last / d.bin_ns)
+            < u64::from(p.stall_min_calls)
+    {
+        return None;
+    }
+    let reference = th
+        .chans
+        .iter()
+        .position(|c| c.key == GAP_KEY)
+        .and_then(|ci| th.cold.get(ci))
+        .and_then(|c| c.dur.baseline.usable(d.min_n, d.min_epochs));
+    let limit_ns = reference.map_or(d.gap_ns, |r| single_value_limit(&r, d));
+    let silent = to.checked_sub(last)?;
+    if silent < limit_ns {
+        return None;
+    }
+    let mut top = [Increase::default(); EPISODE_TOP];
+    top[0] = Increase {
+        key: GAP_KEY,
+        time: reference.map_or(0.0, |r| detector::increase(silent as f32, r.mean).max(0.0)),
+        freq: 0.0,
+    };
+    Some(Episode {
+        alarm_ns: last.saturating_add(limit_ns),
+        unit_start_ns: th.unit_start_ns,
+        key: GAP_KEY,
+        frequency: false,
+        stall: true,
+        busy: true,
         top,
     })
 }

@@ -787,3 +787,92 @@ fn a_lone_busy_thread_blocked_on_a_lock_is_internal_on_demand() {
 fn a_worker_that_idles_in_turns_is_not_a_lone_stop() {
     assert_no_verdict(&lone_waiter_stream(true), 88_000_000_000);
 }
+
+/// Six busy threads; from 40 s thread 300 makes no further call while in none (a
+/// runaway query spinning in user space). With `idle_before` it was parked in the pool
+/// until then (no baseline of its own) and woke for a burst of `last_burst` calls
+/// within a millisecond (MariaDB's connection thread reading the query).
+fn spinner_stream(last_burst: u32, idle_before: bool) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let send = faultline_engine::SyscallId::from_name("sendto");
+    let futex = faultline_engine::SyscallId::from_name("futex");
+    let spin_at = 40_000_000_000u64;
+    let end = 70_000_000_000u64;
+    let mut next = uniform(0x3c6e_f372_fe94_f82b);
+    let mut events = Vec::new();
+    let mut clocks: Vec<u64> = (0..6u64).map(|i| 1_000_000 + i * 100_000).collect();
+    let mut turn = [0u32; 6];
+    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
+        if at >= end {
+            break;
+        }
+        let tid = 300 + i as u32;
+        if i == 0 && at >= spin_at && !idle_before {
+            clocks[i] = u64::MAX;
+            continue;
+        }
+        if i == 0 && idle_before {
+            if at < spin_at {
+                // Parked in the pool until the query arrives.
+                events.push(SyscallEvent::complete(300, tid, futex, at, spin_at - at));
+                clocks[i] = spin_at;
+                continue;
+            }
+            for c in 0..u64::from(last_burst) {
+                events.push(SyscallEvent::complete(
+                    300,
+                    tid,
+                    read,
+                    at + c * 60_000,
+                    5_000,
+                ));
+            }
+            clocks[i] = u64::MAX;
+            continue;
+        }
+        let (sc, dur) = match turn[i] % 2 {
+            0 => (read, (20_000.0 + 40_000.0 * next()) as u64),
+            _ => (send, (30_000.0 + 60_000.0 * next()) as u64),
+        };
+        turn[i] += 1;
+        events.push(SyscallEvent::complete(300, tid, sc, at, dur));
+        clocks[i] = at + dur + (1_000_000.0 + 1_000_000.0 * next()) as u64;
+    }
+    events
+}
+
+/// A thread silent outside any call after working is running without system calls: a
+/// runaway loop of one thread is an internal fault on demand, named as a stall, even
+/// when the thread was idle in its pool until the query came (no baseline of its own).
+#[test]
+fn a_thread_spinning_without_system_calls_is_internal_on_demand() {
+    for idle_before in [false, true] {
+        let (reports, mut engine) = run_events(&spinner_stream(22, idle_before));
+        assert!(
+            reports.iter().all(|r| r.verdict == Verdict::None),
+            "continuous mode needs two threads: {:#?}",
+            reports.iter().find(|r| r.verdict != Verdict::None)
+        );
+        let r = engine.trigger("svc", 50_000_000_000).expect("report");
+        assert_eq!(
+            r.verdict,
+            Verdict::Internal,
+            "idle before {idle_before}: {r:#?}"
+        );
+        assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
+        let a = r.affected_threads.first().expect("the spinner");
+        assert_eq!((a.tid, a.syscall.as_str()), (300, "stall"), "{r:#?}");
+        let onset = r.anomaly_onset_ns.expect("onset");
+        assert!(
+            (40_000_000_000..41_100_000_000).contains(&onset),
+            "onset {onset} should be the unit gap after the last call: {r:#?}"
+        );
+    }
+}
+
+/// A pooled thread that woke for a handful of calls before falling silent outside a
+/// call is no spin: such a thread may simply be gone.
+#[test]
+fn a_quiet_thread_falling_silent_is_not_a_spin() {
+    assert_no_verdict(&spinner_stream(5, true), 50_000_000_000);
+}
