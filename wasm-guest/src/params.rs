@@ -117,9 +117,10 @@ pub struct Params {
     /// thread that busy paused over 1 s outside a call in 29 fault-free recordings, while
     /// 9–10 PostgreSQL backends (95–290 calls in the second before) did under a memory
     /// cap. It is also the call rate under which a stopped thread *stayed* stopped (the
-    /// on-demand lone-stop rule, see `Target::evaluate`). 0 switches stalls, blocks (see
-    /// `target::blocked_episode`) and that rule off (the paper's detector: a unit gap is
-    /// just a boundary).
+    /// on-demand lone-stop rule, see `Target::evaluate`), and the burst a thread must have
+    /// made before falling silent outside any call to count as spinning (see
+    /// `target::spin_episode`). 0 switches stalls, blocks (see `target::blocked_episode`),
+    /// spins and that rule off (the paper's detector: a unit gap is just a boundary).
     pub stall_min_calls: u32,
 }
 

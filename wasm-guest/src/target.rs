@@ -1309,33 +1309,50 @@ fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, p: &Params) -> Option
     if last == 0 || th.pairer.pending.is_some() || !busy_before(th, last, d, p.stall_min_calls) {
         return None;
     }
-    let ci = th.chans.iter().position(|c| c.key == GAP_KEY)?;
-    let r = th
-        .cold
-        .get(ci)?
-        .dur
-        .baseline
-        .usable(d.min_n, d.min_epochs)?;
+    let r = gap_reference(th, d)?;
     let limit_ns = single_value_limit(&r, d);
     let gap = resume_ns.checked_sub(last)?;
-    if gap < limit_ns {
-        return None;
-    }
+    (gap >= limit_ns).then(|| {
+        stopped_outside_calls(
+            th,
+            limit_ns,
+            gap,
+            Some(r.mean),
+            at_activity_floor(th, last, d, p),
+        )
+    })
+}
+
+/// The usable baseline of `th`'s gap channel (time between calls), if any.
+fn gap_reference(th: &Thread, d: &Derived) -> Option<crate::detector::Reference> {
+    let ci = th.chans.iter().position(|c| c.key == GAP_KEY)?;
+    th.cold.get(ci)?.dur.baseline.usable(d.min_n, d.min_epochs)
+}
+
+/// The episode of a thread stopped outside any call for `silent_ns` since its last call
+/// returned (a stall or a spin): it counts from `limit_ns` after that return.
+fn stopped_outside_calls(
+    th: &Thread,
+    limit_ns: u64,
+    silent_ns: u64,
+    gap_mean: Option<f32>,
+    busy: bool,
+) -> Episode {
     let mut top = [Increase::default(); EPISODE_TOP];
     top[0] = Increase {
         key: GAP_KEY,
-        time: detector::increase(gap as f32, r.mean).max(0.0),
+        time: gap_mean.map_or(0.0, |m| detector::increase(silent_ns as f32, m).max(0.0)),
         freq: 0.0,
     };
-    Some(Episode {
-        alarm_ns: last.saturating_add(limit_ns),
+    Episode {
+        alarm_ns: th.last_exit_ns.saturating_add(limit_ns),
         unit_start_ns: th.unit_start_ns,
         key: GAP_KEY,
         frequency: false,
         stall: true,
-        busy: at_activity_floor(th, last, d, p),
+        busy,
         top,
-    })
+    }
 }
 
 /// A *spin*: the thread, busy until its last call returned at `th.last_exit_ns`, has
@@ -1363,32 +1380,11 @@ fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode
     {
         return None;
     }
-    let reference = th
-        .chans
-        .iter()
-        .position(|c| c.key == GAP_KEY)
-        .and_then(|ci| th.cold.get(ci))
-        .and_then(|c| c.dur.baseline.usable(d.min_n, d.min_epochs));
+    let reference = gap_reference(th, d);
     let limit_ns = reference.map_or(d.gap_ns, |r| single_value_limit(&r, d));
     let silent = to.checked_sub(last)?;
-    if silent < limit_ns {
-        return None;
-    }
-    let mut top = [Increase::default(); EPISODE_TOP];
-    top[0] = Increase {
-        key: GAP_KEY,
-        time: reference.map_or(0.0, |r| detector::increase(silent as f32, r.mean).max(0.0)),
-        freq: 0.0,
-    };
-    Some(Episode {
-        alarm_ns: last.saturating_add(limit_ns),
-        unit_start_ns: th.unit_start_ns,
-        key: GAP_KEY,
-        frequency: false,
-        stall: true,
-        busy: true,
-        top,
-    })
+    (silent >= limit_ns)
+        .then(|| stopped_outside_calls(th, limit_ns, silent, reference.map(|r| r.mean), true))
 }
 
 /// Whether `th` made `min_calls` calls in the second before `at` (0 switches the stop

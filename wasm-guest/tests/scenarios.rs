@@ -713,15 +713,42 @@ fn an_alarm_ahead_of_the_data_does_not_make_open_calls_stuck() {
 /// turns idling.
 fn lone_waiter_stream(repeat_idle: bool) -> Vec<SyscallEvent> {
     let futex = faultline_engine::SyscallId::from_name("futex");
-    let read = faultline_engine::SyscallId::from_name("read");
-    let send = faultline_engine::SyscallId::from_name("sendto");
     let block_at = 40_000_000_000u64;
     let end = if repeat_idle {
         100_000_000_000
     } else {
         70_000_000_000
     };
-    let mut next = uniform(0x5be0_cd19_137e_2179);
+    six_busy_threads(0x5be0_cd19_137e_2179, end, |events, tid, at| {
+        let waiting = if repeat_idle {
+            at % 32_000_000_000 >= 16_000_000_000
+        } else {
+            at >= block_at
+        };
+        if !waiting {
+            return None;
+        }
+        let wait = if repeat_idle {
+            16_000_000_000
+        } else {
+            1_000_050_000
+        };
+        events.push(SyscallEvent::complete(300, tid, futex, at, wait));
+        Some(at + wait + 10_000)
+    })
+}
+
+/// Six threads (tids 300–305) alternating `read` and `sendto` (20–90 µs) with 1–2 ms
+/// between calls until `end`; `first` may take over thread 300's next step (it pushes its
+/// own events and returns the thread's next clock, `u64::MAX` for never).
+fn six_busy_threads(
+    seed: u64,
+    end: u64,
+    mut first: impl FnMut(&mut Vec<SyscallEvent>, u32, u64) -> Option<u64>,
+) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let send = faultline_engine::SyscallId::from_name("sendto");
+    let mut next = uniform(seed);
     let mut events = Vec::new();
     let mut clocks: Vec<u64> = (0..6u64).map(|i| 1_000_000 + i * 100_000).collect();
     let mut turn = [0u32; 6];
@@ -730,21 +757,11 @@ fn lone_waiter_stream(repeat_idle: bool) -> Vec<SyscallEvent> {
             break;
         }
         let tid = 300 + i as u32;
-        let waiting = i == 0
-            && if repeat_idle {
-                at % 32_000_000_000 >= 16_000_000_000
-            } else {
-                at >= block_at
-            };
-        if waiting {
-            let wait = if repeat_idle {
-                16_000_000_000
-            } else {
-                1_000_050_000
-            };
-            events.push(SyscallEvent::complete(300, tid, futex, at, wait));
-            clocks[i] = at + wait + 10_000;
-            continue;
+        if i == 0 {
+            if let Some(then) = first(&mut events, tid, at) {
+                clocks[i] = then;
+                continue;
+            }
         }
         let (sc, dur) = match turn[i] % 2 {
             0 => (read, (20_000.0 + 40_000.0 * next()) as u64),
@@ -794,51 +811,28 @@ fn a_worker_that_idles_in_turns_is_not_a_lone_stop() {
 /// within a millisecond (MariaDB's connection thread reading the query).
 fn spinner_stream(last_burst: u32, idle_before: bool) -> Vec<SyscallEvent> {
     let read = faultline_engine::SyscallId::from_name("read");
-    let send = faultline_engine::SyscallId::from_name("sendto");
     let futex = faultline_engine::SyscallId::from_name("futex");
     let spin_at = 40_000_000_000u64;
-    let end = 70_000_000_000u64;
-    let mut next = uniform(0x3c6e_f372_fe94_f82b);
-    let mut events = Vec::new();
-    let mut clocks: Vec<u64> = (0..6u64).map(|i| 1_000_000 + i * 100_000).collect();
-    let mut turn = [0u32; 6];
-    while let Some((i, &at)) = clocks.iter().enumerate().min_by_key(|(_, &t)| t) {
-        if at >= end {
-            break;
+    six_busy_threads(0x3c6e_f372_fe94_f82b, 70_000_000_000, |events, tid, at| {
+        if !idle_before {
+            return (at >= spin_at).then_some(u64::MAX);
         }
-        let tid = 300 + i as u32;
-        if i == 0 && at >= spin_at && !idle_before {
-            clocks[i] = u64::MAX;
-            continue;
+        if at < spin_at {
+            // Parked in the pool until the query arrives.
+            events.push(SyscallEvent::complete(300, tid, futex, at, spin_at - at));
+            return Some(spin_at);
         }
-        if i == 0 && idle_before {
-            if at < spin_at {
-                // Parked in the pool until the query arrives.
-                events.push(SyscallEvent::complete(300, tid, futex, at, spin_at - at));
-                clocks[i] = spin_at;
-                continue;
-            }
-            for c in 0..u64::from(last_burst) {
-                events.push(SyscallEvent::complete(
-                    300,
-                    tid,
-                    read,
-                    at + c * 60_000,
-                    5_000,
-                ));
-            }
-            clocks[i] = u64::MAX;
-            continue;
+        for c in 0..u64::from(last_burst) {
+            events.push(SyscallEvent::complete(
+                300,
+                tid,
+                read,
+                at + c * 60_000,
+                5_000,
+            ));
         }
-        let (sc, dur) = match turn[i] % 2 {
-            0 => (read, (20_000.0 + 40_000.0 * next()) as u64),
-            _ => (send, (30_000.0 + 60_000.0 * next()) as u64),
-        };
-        turn[i] += 1;
-        events.push(SyscallEvent::complete(300, tid, sc, at, dur));
-        clocks[i] = at + dur + (1_000_000.0 + 1_000_000.0 * next()) as u64;
-    }
-    events
+        Some(u64::MAX)
+    })
 }
 
 /// A thread silent outside any call after working is running without system calls: a
