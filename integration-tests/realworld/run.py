@@ -25,7 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from rw import diagnose, otlp_case  # noqa: E402
+from rw import diagnose, latency, otlp_case  # noqa: E402
 from rw.apps import APPS  # noqa: E402
 from rw.case import Timing, run_case  # noqa: E402
 from rw.env import Env, require, sh  # noqa: E402
@@ -114,14 +114,20 @@ def write_results(path, rows, truths, args, versions, otlp):
                   f"(perf's `NR -1` exit records), {otlp['dropped']:.0f} dropped, in {otlp['send_seconds']} s. "
                   f"On-demand verdict through OTLP: **{otlp['verdict']}** (τ {otlp['impact_factor']}); offline `analyze` of the "
                   f"same trace: **{otlp['offline_verdict']}** (τ {otlp['offline_impact_factor']}).", ""]
-    lines += ["## Client-side impact per case", "",
-              "| case | p50 ms before → during | p99 ms before → during | req/s before → during | hung | events | perf lost |",
-              "|---|---|---|---|---|---|---|"]
+    unhealthy = latency.unhealthy_normal_phases(truths)
+    lines += ["## Client-side impact per case", ""]
+    if unhealthy:
+        lines += ["Normal phase already slow (p99 over 5× the median normal-phase p99 of the same application in this "
+                  "run; counted as recorded, not excluded): "
+                  + ", ".join(f"`{c}` ({r}×)" for c, r in sorted(unhealthy.items())) + ".", ""]
+    lines += ["| case | p50 ms before → during | p99 ms before → during | req/s before → during | hung | events | perf lost | normal phase |",
+              "|---|---|---|---|---|---|---|---|"]
     for t in truths:
         a = t["anomaly"]
+        health = f"slow ({unhealthy[t['case_id']]}×)" if t["case_id"] in unhealthy else "ok"
         lines.append(f"| {t['case_id']} | {a['baseline_p50_ms']} → {a['fault_p50_ms']} | {a['baseline_p99_ms']} → {a['fault_p99_ms']} | "
                      f"{a['baseline_throughput']} → {a['fault_throughput']} | {a['hung_requests']} | {t['events']} | "
-                     f"{t['perf_lost'].get('lost_records', 0)} |")
+                     f"{t['perf_lost'].get('lost_records', 0)} | {health} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
 

@@ -120,3 +120,26 @@ def anomaly(records, baseline, fault, now_ns):
         "hung_requests": hung,
         "hurt": hurt,
     }
+
+
+def unhealthy_normal_phases(truths, factor=5.0):
+    """Cases whose *normal* phase was already slow: p99 over `factor` × the median normal-phase
+    p99 of the same application in the same run. Such a phase (a control included) was not
+    fault-free — on a shared host, measured: MariaDB's `fdatasync` 85× slower in one normal
+    phase — so the engine had no healthy baseline to learn. Reported, not excluded: the rule
+    came after the failures it explains. Returns {case_id: ratio}."""
+    by_app = {}
+    for t in truths:
+        p = t["anomaly"]["baseline_p99_ms"]
+        if p:
+            by_app.setdefault(t.get("app"), []).append(p)
+    flagged = {}
+    for t in truths:
+        p99s = sorted(by_app.get(t.get("app"), []))
+        p = t["anomaly"]["baseline_p99_ms"]
+        if len(p99s) < 3 or not p:
+            continue
+        median = p99s[len(p99s) // 2]
+        if median > 0 and p / median > factor:
+            flagged[t["case_id"]] = round(p / median, 1)
+    return flagged
