@@ -94,7 +94,7 @@ def write_results(path, rows, truths, args, versions, otlp):
         "enter/exit records of every server thread, decoded with `perf script` (not committed: they are large).",
         "",
     ]
-    for mode in ("continuous", "on_demand", "calibrated"):
+    for mode in ("continuous", "on_demand", "alarm_only", "calibrated"):
         if any(r["mode"] == mode for r in rows):
             lines += [f"## {mode}", "", diagnose.table(rows, mode), ""]
     if live:
@@ -193,7 +193,8 @@ def main():
             if os.path.exists(p):
                 truths.append(json.load(open(p)))
 
-    rows = diagnose.evaluate(args.bin, cases_root, calibrated=not args.smoke, targets_of=targets_of)
+    modes = ("continuous", "on_demand") if args.smoke else ("continuous", "on_demand", "alarm_only")
+    rows = diagnose.evaluate(args.bin, cases_root, modes=modes, calibrated=not args.smoke, targets_of=targets_of)
     otlp = None
     if args.otlp_case is None and any(t["case_id"] == "postgres_cpu_cap" for t in truths):
         args.otlp_case = "postgres_cpu_cap"
@@ -208,7 +209,7 @@ def main():
         print(f"   OTLP: {otlp}")
     with open(os.path.join(cases_root, "results.json"), "w") as f:
         json.dump({"rows": rows, "live": {t["case_id"]: t.get("live") for t in truths}, "otlp": otlp}, f, indent=1)
-    for mode in ("continuous", "on_demand", "calibrated"):
+    for mode in ("continuous", "on_demand", "alarm_only", "calibrated"):
         if any(r["mode"] == mode for r in rows):
             print(f"\n## {mode}\n\n{diagnose.table(rows, mode)}")
     versions = sorted({t.get("app_version", "") for t in truths})

@@ -3,7 +3,10 @@
 Modes, as in the paper's evaluation:
 - continuous: the engine's own detection; the first anomaly detected after the fault start
   answers the case, any non-`none` anomaly before it (or anywhere in a control) is a false alarm;
-- on-demand: an external alarm 10 s after the fault start (`--trigger-at`), the paper's setting;
+- on-demand: an external alarm 10 s after the fault start (`--trigger-at`), diagnosed on the whole
+  recording (the window around the alarm, as a post-mortem would);
+- alarm-only: the same alarm, with only the data up to it (the trace cut at the alarm time, as the
+  paper's PerfCompass sees it: the 1.5 minutes before the alarm);
 - calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case.
 """
 import json
@@ -21,15 +24,20 @@ def split_ns(truth):
 
 def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     """Runs analyze on one case; returns (analysis dict or None, seconds, error text)."""
-    cmd = [binary, "analyze", "--input", f"perf:{os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))}",
-           "--format", "json", "--no-progress"]
+    trace = os.path.join(case_dir, truth.get("trace_file", "trace.txt.zst"))
+    alarm_ns = int(split_ns(truth) + ALARM_AFTER_S * 1e9)
+    cut = mode == "alarm_only"
+    cmd = [binary, "analyze", "--input", "perf:-" if cut else f"perf:{trace}", "--format", "json", "--no-progress"]
     for t in targets:
         cmd += ["--target", t]
     cmd += list(extra)
     if mode != "continuous":
-        cmd += ["--trigger-at", str(int(split_ns(truth) + ALARM_AFTER_S * 1e9))]
+        cmd += ["--trigger-at", str(alarm_ns)]
     t0 = time.time()
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    if cut:
+        out = _analyze_cut(cmd, trace, alarm_ns)
+    else:
+        out = subprocess.run(cmd, capture_output=True, text=True)
     elapsed = time.time() - t0
     if out.returncode != 0:
         return None, elapsed, out.stderr.strip()
@@ -39,6 +47,22 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     # The target with the most events is the server (others are stray processes).
     analyses.sort(key=lambda a: -a.get("input", {}).get("events_routed", 0))
     return analyses[0], elapsed, None
+
+
+def _analyze_cut(cmd, trace, alarm_ns):
+    """`cmd` fed with the perf-script records of `trace` up to `alarm_ns` (perf script prints
+    them in time order: the first later record ends the feed)."""
+    unpack = ["zstd", "-dc", trace] if trace.endswith(".zst") else ["cat", trace]
+    # awk: field 3 is the timestamp "seconds.nanoseconds:".
+    cutter = ["awk", "-v", f"T={alarm_ns / 1e9:.9f}", "{ts = substr($3, 1, length($3) - 1) + 0; if (ts > T) exit; print}"]
+    src = subprocess.Popen(unpack, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    mid = subprocess.Popen(cutter, stdin=src.stdout, stdout=subprocess.PIPE)
+    src.stdout.close()
+    out = subprocess.run(cmd, stdin=mid.stdout, capture_output=True, text=True)
+    mid.stdout.close()
+    mid.wait()
+    src.wait()
+    return out
 
 
 def pick(analysis, truth, mode):
