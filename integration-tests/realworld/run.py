@@ -226,8 +226,21 @@ def main():
 
 def smoke_checks(rows, truths, otlp):
     """CI's checks: every case recorded events and was analysed; the control stays `none`
-    (offline and live); the CPU cap is `external` (offline, on demand)."""
+    (offline and live); the CPU cap is `external` (offline, on demand).
+
+    A control is only fault-free when its own client saw no slowdown: on a shared host a
+    neighbour's load can hurt it as much as an injected fault (measured in a CI pre-check:
+    the control's client p99 9 → 21 ms, with nothing else of ours running). Such a
+    control is reported and its checks skipped, the mirror of the rule that a fault case
+    only counts when the fault hurt the client."""
     failures = []
+    disturbed = {t["case_id"] for t in truths if t["class"] == "none" and t["anomaly"]["hurt"]}
+    for c in sorted(disturbed):
+        a = next(t["anomaly"] for t in truths if t["case_id"] == c)
+        print(f"SMOKE SKIP: {c}: the control's own client slowed (p99 {a['baseline_p99_ms']} -> {a['fault_p99_ms']} ms, "
+              f"{a['baseline_throughput']} -> {a['fault_throughput']} req/s): not fault-free, its checks are skipped")
+    if disturbed and len(disturbed) == sum(1 for t in truths if t["class"] == "none"):
+        print("SMOKE WARNING: no undisturbed control this run; false alarms were not checked")
     for t in truths:
         if t["events"] < 1000:
             failures.append(f"{t['case_id']}: only {t['events']} events recorded")
@@ -238,7 +251,7 @@ def smoke_checks(rows, truths, otlp):
     for r in rows:
         if "error" in r:
             failures.append(f"{r['case']} ({r['mode']}): {r['error']}")
-        elif r["truth"] == "none" and not r["right"]:
+        elif r["truth"] == "none" and not r["right"] and r["case"] not in disturbed:
             failures.append(f"{r['case']} ({r['mode']}): control got {r['verdict']} / {r['false_alarms']} false alarms")
         elif r["case"].endswith("cpu_cap") and r["mode"] == "on_demand" and r["valid"] and not r["right"]:
             failures.append(f"{r['case']} (on demand): {r['verdict']}, expected external")
@@ -250,7 +263,8 @@ def smoke_checks(rows, truths, otlp):
         if otlp["verdict"] != otlp["offline_verdict"]:
             failures.append(f"OTLP verdict {otlp['verdict']} differs from offline {otlp['offline_verdict']}")
     for t in truths:
-        if t["class"] == "none" and "live" in t and t["live"]["false_alarms_before_fault"] + (t["live"]["continuous_verdict"] != "none") > 0:
+        if (t["class"] == "none" and t["case_id"] not in disturbed and "live" in t
+                and t["live"]["false_alarms_before_fault"] + (t["live"]["continuous_verdict"] != "none") > 0):
             failures.append(f"{t['case_id']}: the live plugin raised a verdict on the control")
     for f in failures:
         print(f"SMOKE FAIL: {f}")
