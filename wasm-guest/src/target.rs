@@ -1008,9 +1008,7 @@ impl Target {
             return spin_episode(t, to, d, &self.params);
         };
         let baseline = t
-            .chans
-            .iter()
-            .position(|c| c.key == p.syscall.0)
+            .find_chan(p.syscall.0)
             .and_then(|ci| t.cold.get(ci))
             .and_then(|c| c.dur.baseline.usable(d.min_n, d.min_epochs));
         let Some(r) = baseline else {
@@ -1325,7 +1323,7 @@ fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, p: &Params) -> Option
 
 /// The usable baseline of `th`'s gap channel (time between calls), if any.
 fn gap_reference(th: &Thread, d: &Derived) -> Option<crate::detector::Reference> {
-    let ci = th.chans.iter().position(|c| c.key == GAP_KEY)?;
+    let ci = th.find_chan(GAP_KEY)?;
     th.cold.get(ci)?.dur.baseline.usable(d.min_n, d.min_epochs)
 }
 
@@ -1371,12 +1369,7 @@ fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode
     if last == 0
         || th.pairer.pending.is_some()
         || th.last_seen_ns > last
-        || p.stall_min_calls == 0
-        // Whole bins, not pro rata: the calls right before a spin are often a burst of a
-        // millisecond (a pooled thread woken for the query) that a pro-rata share of
-        // its bin would miss.
-        || th.calls.sum(last.saturating_sub(1_000_000_000) / d.bin_ns, last / d.bin_ns)
-            < u64::from(p.stall_min_calls)
+        || !burst_before(th, last, d, p.stall_min_calls)
     {
         return None;
     }
@@ -1392,6 +1385,17 @@ fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode
 fn busy_before(th: &Thread, at: u64, d: &Derived, min_calls: u32) -> bool {
     min_calls > 0
         && calls_in(th, at.saturating_sub(1_000_000_000), at, d.bin_ns) >= f64::from(min_calls)
+}
+
+/// [`busy_before`] counted over the whole bins the second before `at` touches, not pro
+/// rata: the calls right before a spin are often a burst of a millisecond (a pooled
+/// thread woken for the query) whose pro-rata share of its 0.35 s bin is under 20.
+fn burst_before(th: &Thread, at: u64, d: &Derived, min_calls: u32) -> bool {
+    min_calls > 0
+        && th
+            .calls
+            .sum(at.saturating_sub(1_000_000_000) / d.bin_ns, at / d.bin_ns)
+            >= u64::from(min_calls)
 }
 
 /// Whether `th` ran at the activity floor of τ's population (`min_active_calls` per α)

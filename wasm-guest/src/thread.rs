@@ -302,13 +302,13 @@ pub struct Episode {
     pub key: u16,
     /// Confirmed on the frequency channel (rather than execution time).
     pub frequency: bool,
-    /// The episode stopped the thread: a stall outside any call (`key` is the gap
-    /// channel, see `target::stall_episode`) or a block in a call it had no baseline for
-    /// (see `target::blocked_episode`).
+    /// The episode stopped the thread: a stall or a spin outside any call (`key` is the
+    /// gap channel, see `target::stall_episode` and `target::spin_episode`) or a block
+    /// in a call it had no baseline for (see `target::blocked_episode`).
     pub stall: bool,
-    /// It stopped a thread that was busy (at the activity floor, `min_active_calls` per
-    /// α) right before: on demand, such a stop alone is an anomaly (see
-    /// `Target::evaluate`).
+    /// It stopped a thread that was busy right before (at the activity floor,
+    /// `min_active_calls` per α; a spin always: it stopped a thread that was working):
+    /// on demand, such a stop alone is an anomaly (see `Target::evaluate`).
     pub busy: bool,
     pub top: [Increase; EPISODE_TOP],
 }
