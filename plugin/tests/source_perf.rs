@@ -402,9 +402,10 @@ fn dd_of(bytes: u32) -> Vec<String> {
 const LOSSY_BYTES: u32 = 50_000;
 
 /// Live: a one-page ring buffer usually overruns; the `PERF_RECORD_LOST` counts perf passes on
-/// show as `kernel_lost` drops. They can fall short of the truth (the kernel reports a
-/// pending loss only with its next successful write, so a loss at the very end is never
-/// reported), but never exceed it.
+/// show as `kernel_lost` drops. The kernel reports a pending loss only with its next
+/// successful write, so a loss at the very end (a starved `perf record`) never shows in the
+/// stream; perf's end-of-run tally on stderr completes the count when over 5 % were lost.
+/// So arrived plus counted lost is every traced event, less at most 5 %, and never more.
 #[test]
 fn live_perf_overrun_is_counted_as_kernel_lost() {
     if !perf_usable() {
@@ -426,13 +427,12 @@ fn live_perf_overrun_is_counted_as_kernel_lost() {
         arrived + lost <= traced_at_most,
         "arrived {arrived} + lost {lost} > {traced_at_most}: counted twice?"
     );
-    // A fast, idle machine can drain even a one-page buffer; then nothing may be missing.
-    if lost == 0 {
-        assert!(
-            arrived >= traced_at_least,
-            "nothing counted lost, yet only {arrived} of {traced_at_least} records arrived"
-        );
-    }
+    // perf stays silent about a loss of up to 5 % (of at most `traced_at_most` samples).
+    let silent_at_most = traced_at_most / 20;
+    assert!(
+        arrived + lost + silent_at_most >= traced_at_least,
+        "arrived {arrived} + lost {lost} fall short of {traced_at_least} by more than perf's 5 % tally threshold"
+    );
 }
 
 /// Recorded to a file and decoded by the file reader: `kernel_lost` plus the decoded

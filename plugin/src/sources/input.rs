@@ -9,7 +9,7 @@ use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::SourceError;
 
@@ -236,7 +236,13 @@ pub struct ChildOutput {
     /// Earlier stages of a pipeline (`perf record | perf script`), reaped with the last.
     upstream: Vec<(String, Child)>,
     finished: bool,
+    /// The stderr tail once the tool ended, for readers that take its end-of-run summary.
+    stderr_tail: StderrTail,
 }
+
+/// The tail of a child tool's stderr, filled when the tool has ended (see
+/// [`ChildOutput::stderr_tail`]); shared so a reader owning the output can still see it.
+pub type StderrTail = Arc<OnceLock<Vec<u8>>>;
 
 impl ChildOutput {
     /// Starts `cmd` with stdout and stderr piped. A missing executable is a clear
@@ -299,7 +305,14 @@ impl ChildOutput {
             stderr,
             upstream: Vec::new(),
             finished: false,
+            stderr_tail: StderrTail::default(),
         })
+    }
+
+    /// A handle to the tool's stderr tail, set once its output has ended. Tools print their
+    /// end-of-run summary there (perf script: how many samples the kernel lost in all).
+    pub fn stderr_tail(&self) -> StderrTail {
+        self.stderr_tail.clone()
     }
 
     /// The process id of the last stage (to signal it, e.g. SIGINT for a clean perf stop).
@@ -324,6 +337,9 @@ impl ChildOutput {
             .take()
             .and_then(|h| h.join().ok())
             .unwrap_or_default();
+        // Set before the exit checks: a failed tool's summary is still worth reading.
+        let _ = self.stderr_tail.set(stderr);
+        let stderr: &[u8] = self.stderr_tail.get().map_or(&[], Vec::as_slice);
         for (tool, up) in &mut self.upstream {
             let up_status = up.wait()?;
             if !up_status.success() {
@@ -336,7 +352,7 @@ impl ChildOutput {
         Err(io::Error::other(format!(
             "{} failed ({status}): {}",
             self.tool,
-            summarize_stderr(&stderr)
+            summarize_stderr(stderr)
         )))
     }
 }

@@ -128,7 +128,10 @@ pub fn spawn_script_with_buffer(
     warn_if_not_permitted();
     let record = record_command_with_buffer(target, mmap_pages)?;
     let out = ChildOutput::spawn_pipe(record, script_command(), INSTALL_HINT)?;
-    Ok(PerfScriptReader::new(out, arch, stats).live())
+    let stderr = out.stderr_tail();
+    Ok(PerfScriptReader::new(out, arch, stats)
+        .live()
+        .with_tool_stderr(stderr))
 }
 
 /// Starts `perf trace` on `target` (whole calls with durations, lower volume than record).

@@ -5,6 +5,7 @@ pub mod batcher;
 pub mod live;
 pub mod script;
 pub mod script_line;
+pub mod tally;
 pub mod trace;
 
 pub use script::PerfScriptReader;

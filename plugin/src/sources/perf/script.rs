@@ -10,10 +10,10 @@ use faultline_engine::{SyscallEvent, SyscallId};
 
 use super::batcher::{Batcher, Owner};
 use super::script_line::{Call, Half, LineParser, Parsed, ScriptLine};
-use super::{DecodeLog, LostLog};
+use super::{tally, DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
-use crate::sources::input::{open_counted, ByteCounter};
+use crate::sources::input::{open_counted, ByteCounter, StderrTail};
 use crate::sources::{BatchReader, SourceError};
 
 /// Source name in metric labels and batches.
@@ -34,6 +34,10 @@ pub struct PerfScriptReader<R> {
     log: DecodeLog,
     lost: LostLog,
     raw_bytes: Option<ByteCounter>,
+    /// Sample lines seen (decoded or not), to set against perf's end-of-run tally.
+    samples: u64,
+    /// `perf script`'s stderr, when live: its tally completes the loss count at the end.
+    tool_stderr: Option<StderrTail>,
 }
 
 impl PerfScriptReader<Box<dyn BufRead + Send>> {
@@ -58,6 +62,8 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
             log: DecodeLog::new(SOURCE),
             lost: LostLog::new(SOURCE),
             raw_bytes: None,
+            samples: 0,
+            tool_stderr: None,
         }
     }
 
@@ -81,6 +87,33 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
         self
     }
 
+    /// Reads `perf script`'s end-of-run tally from `stderr` when the stream ends, and counts
+    /// the events lost that the stream never reported (see [`tally`]) as `kernel_lost`.
+    pub fn with_tool_stderr(mut self, stderr: StderrTail) -> Self {
+        self.tool_stderr = Some(stderr);
+        self
+    }
+
+    /// Counts the loss only perf's tally knows of; once, when the stream has ended.
+    fn count_unreported_loss(&mut self) {
+        let Some(stderr) = self.tool_stderr.take() else {
+            return;
+        };
+        let Some(processed) = stderr.get().and_then(|e| tally::processed_samples(e)) else {
+            return;
+        };
+        let unreported = tally::unreported_loss(processed, self.samples, self.lost.events());
+        if unreported > 0 {
+            tracing::warn!(
+                source = SOURCE,
+                unreported,
+                processed,
+                "perf's end-of-run tally shows events lost that the kernel never reported (an overrun at the end of the capture); counted as kernel_lost"
+            );
+            self.lost.lost(&self.stats, unreported);
+        }
+    }
+
     /// The input, e.g. a [`crate::sources::input::ChildOutput`] whose process ids a host
     /// records to stop a live capture (the reader blocks while the tool is quiet).
     pub fn get_ref(&self) -> &R {
@@ -97,7 +130,8 @@ impl<R: BufRead + Send> PerfScriptReader<R> {
         self.input.lines()
     }
 
-    /// Events perf reported lost so far (`PERF_RECORD_LOST` lines; also counted as drops).
+    /// Events perf reported lost so far (`PERF_RECORD_LOST` lines and, once a live capture
+    /// ended, the rest of perf's tally; also counted as drops).
     pub fn lost_events(&self) -> u64 {
         self.lost.events()
     }
@@ -128,6 +162,7 @@ struct LineSink<'a> {
     stats: &'a SourceStats,
     log: &'a mut DecodeLog,
     lost: &'a mut LostLog,
+    samples: &'a mut u64,
 }
 
 impl LineDecoder for LineSink<'_> {
@@ -143,6 +178,7 @@ impl LineSink<'_> {
     fn handle(&mut self, line_no: u64, line: &[u8]) {
         match self.parser.parse(line) {
             Parsed::Syscall(l) => {
+                *self.samples += 1;
                 let event = event_of(self.arch, &l);
                 let owner = match l.pid {
                     Some(pid) => Owner::Pid {
@@ -157,6 +193,7 @@ impl LineSink<'_> {
             Parsed::Skip => {}
             Parsed::Lost(n) => self.lost.lost(self.stats, n),
             Parsed::Malformed => {
+                *self.samples += 1;
                 self.stats.add_decode_errors(1);
                 self.log.bad_line(line_no, line);
             }
@@ -173,8 +210,13 @@ impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
             stats: &self.stats,
             log: &mut self.log,
             lost: &mut self.lost,
+            samples: &mut self.samples,
         };
-        self.input.next_batch(&mut sink)
+        let next = self.input.next_batch(&mut sink)?;
+        if next.is_none() {
+            self.count_unreported_loss();
+        }
+        Ok(next)
     }
 
     fn bytes_read(&self) -> u64 {
