@@ -225,3 +225,44 @@ impl<R: BufRead + Send> BatchReader for PerfScriptReader<R> {
             .map_or(self.input.bytes(), ByteCounter::get)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::telemetry::DropReason;
+
+    const TEXT: &str = "dd 9/9 1.000000001: raw_syscalls:sys_enter: NR 0 (0)
+dd 9/9 1.000000002: raw_syscalls:sys_exit: NR 0 = 1
+dd 9/9 1.000000003: PERF_RECORD_LOST lost 5
+dd 9/9 1.000000004: raw_syscalls:sys_enter: NR 1 (0)
+";
+
+    fn read_with_tally(stderr: Option<&[u8]>) -> (u64, u64) {
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let tail = StderrTail::default();
+        if let Some(e) = stderr {
+            tail.set(e.to_vec()).unwrap();
+        }
+        let mut r = PerfScriptReader::new(TEXT.as_bytes(), Arch::X86_64, stats.clone())
+            .with_tool_stderr(tail);
+        let mut arrived = 0;
+        while let Some(b) = r.next_batch().unwrap() {
+            arrived += b.events.len() as u64;
+        }
+        assert_eq!(r.lost_events(), stats.dropped(DropReason::KernelLost));
+        (arrived, stats.dropped(DropReason::KernelLost))
+    }
+
+    #[test]
+    fn the_tally_adds_the_loss_the_stream_never_reported() {
+        // 20 samples in all: 3 arrived, 5 reported lost, so 12 were lost unreported.
+        let stderr = b"Warning:\nProcessed 20 samples and lost 85.00%!\n";
+        assert_eq!(read_with_tally(Some(stderr)), (3, 17));
+    }
+
+    #[test]
+    fn without_a_tally_only_the_reported_loss_counts() {
+        assert_eq!(read_with_tally(None), (3, 5));
+        assert_eq!(read_with_tally(Some(b"perf: some other message\n")), (3, 5));
+    }
+}
