@@ -40,6 +40,8 @@ pub struct Call {
     pub syscall: SyscallId,
     pub enter_ns: u64,
     pub duration_ns: u64,
+    /// The return value, when the source gave one (tells a timed-out wait from a woken one).
+    pub ret: Option<i64>,
 }
 
 impl Pairer {
@@ -64,6 +66,7 @@ impl Pairer {
                 syscall: ev.syscall,
                 enter_ns: ev.ts_ns,
                 duration_ns: ev.duration_ns,
+                ret: ev.ret,
             }),
             EventKind::Enter => {
                 if self.pending.is_some() {
@@ -101,6 +104,7 @@ impl Pairer {
                     syscall,
                     enter_ns: p.enter_ns,
                     duration_ns: ev.ts_ns - p.enter_ns,
+                    ret: ev.ret,
                 })
             }
         }
@@ -128,7 +132,8 @@ mod tests {
             Some(Call {
                 syscall: R,
                 enter_ns: 100,
-                duration_ns: 50
+                duration_ns: 50,
+                ret: None,
             })
         );
         // duplicate exit

@@ -870,3 +870,47 @@ fn a_thread_spinning_without_system_calls_is_internal_on_demand() {
 fn a_quiet_thread_falling_silent_is_not_a_spin() {
     assert_no_verdict(&spinner_stream(5, true), 50_000_000_000);
 }
+
+/// Six busy threads until `end`; from 60 s thread 300 blocks in a `read` (a call it makes
+/// all the time, so with a baseline) for 6 s, is woken, makes one `sendto` and blocks in
+/// `read` again, still open at `end` (PostgreSQL's lock waiter, woken now and then).
+fn rewaiting_stream(end: u64) -> Vec<SyscallEvent> {
+    let read = faultline_engine::SyscallId::from_name("read");
+    let send = faultline_engine::SyscallId::from_name("sendto");
+    let block_at = 60_000_000_000u64;
+    six_busy_threads(0x510e_527f_ade6_82d1, end, |events, tid, at| {
+        if at < block_at {
+            return None;
+        }
+        let woken = at + 6_000_000_000;
+        events.push(SyscallEvent::complete(300, tid, read, at, woken - at));
+        events.push(SyscallEvent::complete(
+            300,
+            tid,
+            send,
+            woken + 20_000,
+            30_000,
+        ));
+        events.push(SyscallEvent::enter(300, tid, read, woken + 100_000));
+        Some(u64::MAX)
+    })
+}
+
+/// A call that stayed stuck and returned counts like the open call it was: diagnosed
+/// right after the waiter's wake-up, with only the data up to the alarm (its new wait
+/// is 0.4 s old), the 6-s wait still shows (internal, τ = 1/6, named by its call).
+#[test]
+fn a_waiter_woken_between_two_waits_is_still_seen_stopped() {
+    let alarm = 66_500_000_000;
+    let (_, mut engine) = run_events(&rewaiting_stream(alarm));
+    let r = engine.trigger("svc", alarm).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
+    let a = r.affected_threads.first().expect("the waiter");
+    assert_eq!((a.tid, a.syscall.as_str()), (300, "read"), "{r:#?}");
+    let onset = r.anomaly_onset_ns.expect("onset");
+    assert!(
+        (60_000_000_000..62_100_000_000).contains(&onset),
+        "onset {onset} should be where the wait crossed its limit: {r:#?}"
+    );
+}

@@ -15,6 +15,7 @@ mod aliases;
 mod lookup;
 mod names;
 mod subsystem;
+pub mod timeout;
 mod x86_64;
 
 use serde::{Deserialize, Serialize};
