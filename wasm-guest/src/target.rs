@@ -628,7 +628,7 @@ impl Target {
                 key: call.syscall.0,
                 elapsed_ns: call.duration_ns,
                 limit_ns,
-                pooled_mean: pooled,
+                mean: pooled,
             };
             if let Some(e) = blocked_episode(th, stop, d, &self.params) {
                 // (Its baselines stay clean: no baseline judged the call.)
@@ -1031,7 +1031,7 @@ impl Target {
                 key: p.syscall.0,
                 elapsed_ns: to.saturating_sub(p.enter_ns),
                 limit_ns: blocked_limit_ns(u64::from(t.longest_call_us) * 1000, d),
-                pooled_mean: pooled_mean(&self.pools, p.syscall.0, d),
+                mean: pooled_mean(&self.pools, p.syscall.0, d),
             };
             let e = blocked_episode(t, stop, d, &self.params)?;
             return (e.alarm_ns <= to).then_some(Episode { stall: false, ..e });
@@ -1041,21 +1041,17 @@ impl Target {
         if crossed > to {
             return None;
         }
-        let elapsed = to - p.enter_ns;
-        let mut top = [Increase::default(); EPISODE_TOP];
-        top[0] = Increase {
+        let stop = Stop {
+            enter_ns: p.enter_ns,
             key: p.syscall.0,
-            time: detector::increase(elapsed as f32, r.mean).max(0.0),
-            freq: 0.0,
+            elapsed_ns: to - p.enter_ns,
+            limit_ns,
+            mean: Some(r.mean),
         };
+        // Still open: `stall` is false, which the corroboration reads as "stuck at `to`".
         Some(Episode {
-            alarm_ns: crossed,
-            unit_start_ns: t.unit_start_ns,
-            key: p.syscall.0,
-            frequency: false,
             stall: false,
-            busy: at_activity_floor(t, p.enter_ns, d, &self.params),
-            top,
+            ..stopped_in_call(t, stop, d, &self.params)
         })
     }
 
@@ -1487,21 +1483,14 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
     if call.duration_ns < limit_ns.saturating_add(d.persistence_ns) {
         return None;
     }
-    let mut top = [Increase::default(); EPISODE_TOP];
-    top[0] = Increase {
+    let stop = Stop {
+        enter_ns: call.enter_ns,
         key: call.syscall.0,
-        time: detector::increase(call.duration_ns as f32, r.mean).max(0.0),
-        freq: 0.0,
+        elapsed_ns: call.duration_ns,
+        limit_ns,
+        mean: Some(r.mean),
     };
-    Some(Episode {
-        alarm_ns: call.enter_ns.saturating_add(limit_ns),
-        unit_start_ns: th.unit_start_ns,
-        key: call.syscall.0,
-        frequency: false,
-        stall: true,
-        busy: at_activity_floor(th, call.enter_ns, d, p),
-        top,
-    })
+    Some(stopped_in_call(th, stop, d, p))
 }
 
 /// How long a call without a baseline must last to block a thread whose longest call so
@@ -1519,20 +1508,21 @@ struct Stop {
     key: u16,
     /// How long it lasted (or has lasted so far).
     elapsed_ns: u64,
-    /// When it began to count ([`blocked_limit_ns`] after the entry).
+    /// When it began to count, after the entry.
     limit_ns: u64,
-    /// The target's pooled mean execution time of `key`, when known: what the ranking
-    /// compares the call with, as the thread has no baseline of its own.
-    pooled_mean: Option<f32>,
+    /// The mean execution time the ranking compares the call with, when known: the
+    /// thread's own baseline's, or the target's pooled one when it has none.
+    mean: Option<f32>,
 }
 
-/// The episode of a busy thread stopped in a call it had no baseline for: it counts
-/// from the unit gap after the entry.
+/// The episode of a thread stopped in a call: stuck in it (still, or until it returned,
+/// judged by its own baseline) or blocked in one it had no baseline for. It counts from
+/// `limit_ns` after the entry.
 fn stopped_in_call(th: &Thread, stop: Stop, d: &Derived, p: &Params) -> Episode {
     let mut top = [Increase::default(); EPISODE_TOP];
     top[0] = Increase {
         key: stop.key,
-        time: stop.pooled_mean.map_or(0.0, |m| {
+        time: stop.mean.map_or(0.0, |m| {
             detector::increase(stop.elapsed_ns as f32, m).max(0.0)
         }),
         freq: 0.0,

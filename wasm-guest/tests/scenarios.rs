@@ -786,16 +786,20 @@ fn a_lone_busy_thread_blocked_on_a_lock_is_internal_on_demand() {
         reports.iter().find(|r| r.verdict != Verdict::None)
     );
     let r = engine.trigger("svc", 50_000_000_000).expect("report");
+    assert_eq!(r.active_threads, 6, "{r:#?}");
+    // The onset follows the block at 40 s within the unit gap.
+    assert_lone_stop(&r, "futex", 40_000_000_000..42_100_000_000);
+}
+
+/// On demand, thread 300 alone stopped: internal, τ = 1/6, named by `syscall`, with the
+/// anomaly onset in `onset`.
+fn assert_lone_stop(r: &Report, syscall: &str, onset: std::ops::Range<u64>) {
     assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
     assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
-    assert_eq!(r.active_threads, 6, "{r:#?}");
-    let a = r.affected_threads.first().expect("the waiter");
-    assert_eq!((a.tid, a.syscall.as_str()), (300, "futex"), "{r:#?}");
-    let onset = r.anomaly_onset_ns.expect("onset");
-    assert!(
-        (40_000_000_000..42_100_000_000).contains(&onset),
-        "onset {onset} should follow the block at 40 s within the unit gap: {r:#?}"
-    );
+    let a = r.affected_threads.first().expect("the stopped thread");
+    assert_eq!((a.tid, a.syscall.as_str()), (300, syscall), "{r:#?}");
+    let at = r.anomaly_onset_ns.expect("onset");
+    assert!(onset.contains(&at), "onset {at} not in {onset:?}: {r:#?}");
 }
 
 /// A long wait is a pool worker's idle turn when the thread waited as long before: no
@@ -848,19 +852,8 @@ fn a_thread_spinning_without_system_calls_is_internal_on_demand() {
             reports.iter().find(|r| r.verdict != Verdict::None)
         );
         let r = engine.trigger("svc", 50_000_000_000).expect("report");
-        assert_eq!(
-            r.verdict,
-            Verdict::Internal,
-            "idle before {idle_before}: {r:#?}"
-        );
-        assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
-        let a = r.affected_threads.first().expect("the spinner");
-        assert_eq!((a.tid, a.syscall.as_str()), (300, "stall"), "{r:#?}");
-        let onset = r.anomaly_onset_ns.expect("onset");
-        assert!(
-            (40_000_000_000..41_100_000_000).contains(&onset),
-            "onset {onset} should be the unit gap after the last call: {r:#?}"
-        );
+        // The onset is the unit gap after the last call, with or without a pool wait before.
+        assert_lone_stop(&r, "stall", 40_000_000_000..41_100_000_000);
     }
 }
 
@@ -904,13 +897,6 @@ fn a_waiter_woken_between_two_waits_is_still_seen_stopped() {
     let alarm = 66_500_000_000;
     let (_, mut engine) = run_events(&rewaiting_stream(alarm));
     let r = engine.trigger("svc", alarm).expect("report");
-    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
-    assert_eq!(r.threads.directly_affected, 1, "{r:#?}");
-    let a = r.affected_threads.first().expect("the waiter");
-    assert_eq!((a.tid, a.syscall.as_str()), (300, "read"), "{r:#?}");
-    let onset = r.anomaly_onset_ns.expect("onset");
-    assert!(
-        (60_000_000_000..62_100_000_000).contains(&onset),
-        "onset {onset} should be where the wait crossed its limit: {r:#?}"
-    );
+    // The onset is where the 6-s wait crossed its limit.
+    assert_lone_stop(&r, "read", 60_000_000_000..62_100_000_000);
 }
