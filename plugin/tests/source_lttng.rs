@@ -120,6 +120,7 @@ fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
             EventKind::Enter => "enter",
             EventKind::Exit => "exit",
             EventKind::Complete => "complete",
+            EventKind::OnCpu => "on_cpu",
         };
         *m.entry((half, e.syscall)).or_insert(0) += 1;
     }
@@ -144,7 +145,7 @@ fn pair(batches: &[EventBatch]) -> (u64, u64) {
                     }
                 }
             }
-            EventKind::Complete => {}
+            EventKind::Complete | EventKind::OnCpu => {}
         }
     }
     (completed, mismatched)

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use faultline::model::EventBatch;
 use faultline::pipeline::telemetry::{DropReason, SourceStats};
 use faultline::sources::perf::live::{
-    spawn_script, spawn_script_with_buffer, spawn_trace, PerfTarget,
+    spawn_script, spawn_script_with, spawn_trace, PerfTarget, RecordOptions,
 };
 use faultline::sources::perf::{PerfScriptReader, PerfTraceReader};
 use faultline::sources::{BatchReader, MAX_BATCH_EVENTS};
@@ -72,6 +72,7 @@ fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallI
                 EventKind::Enter => "enter",
                 EventKind::Exit => "exit",
                 EventKind::Complete => "complete",
+                EventKind::OnCpu => "on_cpu",
             };
             *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
         }
@@ -384,6 +385,17 @@ fn live_perf_record_pipe_streams_a_command() {
         "writes {writes}"
     );
     assert_eq!(stats.dropped(DropReason::KernelLost), 0);
+    // The scheduler's account of dd's CPU time rides along when the kernel has it.
+    let on_cpu_ns: u64 = batches
+        .iter()
+        .filter(|b| b.process.comm.as_deref() == Some("dd"))
+        .flat_map(|b| &b.events)
+        .filter(|e| e.kind == EventKind::OnCpu)
+        .map(|e| e.duration_ns)
+        .sum();
+    if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_stat_runtime").exists() {
+        assert!(on_cpu_ns > 0, "no on-CPU time recorded for dd");
+    }
 }
 
 fn dd_of(bytes: u32) -> Vec<String> {
@@ -417,8 +429,16 @@ fn live_perf_overrun_is_counted_as_kernel_lost() {
     }
     let stats = Arc::new(SourceStats::new("perf"));
     let target = PerfTarget::Command(dd_of(LOSSY_BYTES));
-    let mut r =
-        spawn_script_with_buffer(&target, Arch::X86_64, stats.clone(), 1).expect("spawn perf");
+    let mut r = spawn_script_with(
+        &target,
+        Arch::X86_64,
+        stats.clone(),
+        RecordOptions {
+            mmap_pages: 1,
+            ..RecordOptions::default()
+        },
+    )
+    .expect("spawn perf");
     let batches = drain(&mut r);
     assert_eq!(stats.decode_errors(), 0);
     let lost = stats.dropped(DropReason::KernelLost);

@@ -139,6 +139,22 @@ pub fn differentiate(
     out
 }
 
+/// Fig. 3 extended by the scheduler's account: an anomaly during which some of the
+/// target's own threads burned a CPU (`burners` of them, see [`crate::cpu_time`]) is
+/// internal, whatever τ says. A runaway loop holds the CPU every other thread needs, so
+/// all of them slow down at once and τ reads like an environment fault (measured: Apache
+/// and PostgreSQL runaways at τ = 1.0).
+pub fn with_cpu_burners(d: Differentiation, burners: usize) -> Differentiation {
+    if burners == 0 || matches!(d.verdict, Verdict::None | Verdict::Internal) {
+        return d;
+    }
+    Differentiation {
+        verdict: Verdict::Internal,
+        decided_by: DecisionPath::CpuBurner,
+        ..d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -208,5 +224,26 @@ mod tests {
         });
         let d = differentiate(&late, pop(10), TH, false);
         assert_eq!((d.directly_affected, d.verdict), (10, Verdict::External));
+    }
+
+    #[test]
+    fn a_cpu_burner_makes_an_environment_verdict_internal() {
+        let pop = Population {
+            active: 10,
+            active_io: 10,
+        };
+        let all: Vec<_> = (0..10).map(|_| f(0.1, false)).collect();
+        let d = differentiate(&all, pop, TH, false);
+        assert_eq!(with_cpu_burners(d.clone(), 0), d);
+        let b = with_cpu_burners(d.clone(), 1);
+        assert_eq!(
+            (b.verdict, b.decided_by, b.impact_factor),
+            (Verdict::Internal, DecisionPath::CpuBurner, 1.0)
+        );
+        // Nothing anomalous stays nothing; an internal verdict keeps its own reason.
+        let none = differentiate(&[], pop, TH, false);
+        assert_eq!(with_cpu_burners(none.clone(), 2), none);
+        let internal = differentiate(&all[..2], pop, TH, false);
+        assert_eq!(with_cpu_burners(internal.clone(), 2), internal);
     }
 }

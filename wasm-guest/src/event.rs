@@ -22,6 +22,11 @@ pub enum EventKind {
     /// Exit half: `ts_ns` is the exit time. `syscall` may be [`SyscallId::UNKNOWN`] when the
     /// source has a generic exit record (old LTTng `exit_syscall`); the pending entry names it.
     Exit,
+    /// Not a call: the thread ran on a CPU for `duration_ns`, ending at `ts_ns` (the
+    /// scheduler's accounting, such as perf's `sched:sched_stat_runtime`); `syscall` is
+    /// ignored. Tells a thread burning a CPU from one waiting for it (see
+    /// [`crate::cpu_time`]).
+    OnCpu,
 }
 
 /// Hardware/software counters sampled with a call, when the source has them.
@@ -86,6 +91,20 @@ impl SyscallEvent {
             kind: EventKind::Enter,
             ts_ns,
             duration_ns: 0,
+            ret: None,
+            perf: None,
+        }
+    }
+
+    /// A run of `runtime_ns` on a CPU that ended at `ts_ns`.
+    pub fn on_cpu(pid: u32, tid: u32, ts_ns: u64, runtime_ns: u64) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall: SyscallId::UNKNOWN,
+            kind: EventKind::OnCpu,
+            ts_ns,
+            duration_ns: runtime_ns,
             ret: None,
             perf: None,
         }

@@ -48,6 +48,10 @@ impl Pairer {
     /// Feeds one record; returns the completed call, if this record finished one.
     #[inline]
     pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
+        // Not a call half: it must not look like a duplicate or separate a pair.
+        if ev.kind == EventKind::OnCpu {
+            return None;
+        }
         if self.last_kind == Some(ev.kind)
             && self.last_ts == ev.ts_ns
             && (self.last_syscall == ev.syscall || ev.syscall == SyscallId::UNKNOWN)
@@ -78,6 +82,7 @@ impl Pairer {
                 });
                 None
             }
+            EventKind::OnCpu => None,
             EventKind::Exit => {
                 let Some(p) = self.pending.take() else {
                     c.lost_enters += 1;

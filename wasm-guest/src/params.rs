@@ -122,6 +122,16 @@ pub struct Params {
     /// `target::spin_episode`). 0 switches stalls, blocks (see `target::blocked_episode`),
     /// spins and that rule off (the paper's detector: a unit gap is just a boundary).
     pub stall_min_calls: u32,
+    /// A thread of the target that ran on a CPU at least this share of the wall-clock
+    /// time after the onset (and `burner_rise` times its share before) is a *CPU burner*,
+    /// and an anomaly with one is internal whatever τ says: no environment fault makes the
+    /// service's own threads run more (see `cpu_time`). Needs scheduler records
+    /// (`EventKind::OnCpu`; the perf sources' `sched:sched_stat_runtime`); without them
+    /// the rule abstains. 0 switches it off.
+    pub burner_share: f64,
+    /// The rise over the thread's own share before the onset that a burner needs (a
+    /// thread that always runs that much is the workload, not a fault).
+    pub burner_rise: f64,
 }
 
 impl Default for Params {
@@ -156,6 +166,8 @@ impl Default for Params {
             min_persistence: 0.7,
             direct_within_calls: 400,
             stall_min_calls: 20,
+            burner_share: 0.5,
+            burner_rise: 3.0,
         }
     }
 }
@@ -303,6 +315,18 @@ impl Params {
             1 << 24,
         )?;
         in_range("stall_min_calls", self.stall_min_calls as usize, 0, 1 << 24)?;
+        if !(self.burner_share.is_finite() && (0.0..=1.0).contains(&self.burner_share)) {
+            return Err(err(
+                "burner_share",
+                format!("must be in [0, 1], got {}", self.burner_share),
+            ));
+        }
+        if !(self.burner_rise.is_finite() && (1.0..=1000.0).contains(&self.burner_rise)) {
+            return Err(err(
+                "burner_rise",
+                format!("must be in [1, 1000], got {}", self.burner_rise),
+            ));
+        }
         if !(self.min_persistence.is_finite() && (0.0..=1.0).contains(&self.min_persistence)) {
             return Err(err(
                 "min_persistence",

@@ -49,6 +49,9 @@ pub enum DecisionPath {
     FilteringMode,
     /// Borderline τ decided by Ω against β.
     Dispersion,
+    /// A thread of the target burned a CPU after the onset (scheduler records, see
+    /// [`crate::cpu_time`]): the service's own code, whatever τ said.
+    CpuBurner,
 }
 
 /// Kernel subsystem a syscall (and so a diagnosis) points at.
@@ -167,6 +170,9 @@ pub struct EngineCounters {
     /// Calls of a thread's syscalls beyond `max_syscalls_per_thread` (counted, not tested).
     #[serde(default)]
     pub untracked_calls: u64,
+    /// On-CPU records (`EventKind::OnCpu`) taken into the threads' CPU time.
+    #[serde(default)]
+    pub cpu_records: u64,
 }
 
 /// One diagnosis of one target over one window.
@@ -213,6 +219,10 @@ pub struct Report {
     /// which threads and which call showed the impact.
     #[serde(default)]
     pub affected_threads: Vec<AffectedThread>,
+    /// The target's threads that burned a CPU after the onset (only with scheduler
+    /// records; see [`crate::cpu_time`]), which make the verdict internal.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu_burners: Vec<crate::cpu_time::Burner>,
 }
 
 /// One affected thread of a report.
@@ -307,6 +317,10 @@ impl Report {
         self.cpu_gap_increase_ratio = self.cpu_gap_increase_ratio.map(tidy);
         for a in &mut self.affected_threads {
             a.onset_seconds = tidy(a.onset_seconds);
+        }
+        for b in &mut self.cpu_burners {
+            b.share_before = tidy(b.share_before);
+            b.share_after = tidy(b.share_after);
         }
     }
 }

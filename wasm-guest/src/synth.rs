@@ -877,7 +877,9 @@ mod tests {
                     assert_eq!(id, e.syscall);
                     assert!(e.ts_ns > at);
                 }
-                EventKind::Complete => panic!("complete record in EnterExit shape"),
+                EventKind::Complete | EventKind::OnCpu => {
+                    panic!("{:?} record in EnterExit shape", e.kind)
+                }
             }
         }
         assert!(open.is_empty(), "every enter gets its exit");

@@ -30,6 +30,7 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
+use crate::cpu_time::{Burner, BurnerTest};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
 use crate::event::{EventKind, SyscallEvent};
@@ -52,6 +53,9 @@ use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
 const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
+/// Persistence spans before the onset a CPU burner's earlier share is the lowest of (15 s
+/// by default: a runaway that began up to 12 s before the onset still shows its rise).
+const BURNER_BEFORE: u64 = 5;
 
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
@@ -371,7 +375,7 @@ impl Target {
             return;
         };
         let key = match ev.kind {
-            EventKind::Enter => return,
+            EventKind::Enter | EventKind::OnCpu => return,
             EventKind::Complete => ev.syscall.0,
             EventKind::Exit => match th.pairer.pending {
                 Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
@@ -447,6 +451,10 @@ impl Target {
             return;
         };
         th.last_seen_ns = th.last_seen_ns.max(ev.ts_ns);
+        if ev.kind == EventKind::OnCpu {
+            add_cpu_time(th, ev, self.d.bin_ns, c);
+            return;
+        }
         let Some(call) = th.pairer.feed(ev, c) else {
             return;
         };
@@ -923,8 +931,15 @@ impl Target {
         } else {
             diagnosis::differentiate(&[], pop, th, false)
         };
+        let burners = match t0 {
+            Some(t0) if anomalous => self.cpu_burners(t0, seen),
+            _ => Vec::new(),
+        };
+        let diff = diagnosis::with_cpu_burners(diff, burners.len());
         let subsystem = if diff.verdict == Verdict::None {
             crate::report::Subsystem::None
+        } else if diff.decided_by == DecisionPath::CpuBurner {
+            crate::report::Subsystem::CpuScheduling
         } else {
             ranking::dominant_subsystem(&votes, top_time.first())
         };
@@ -994,6 +1009,7 @@ impl Target {
             } else {
                 None
             },
+            cpu_burners: burners,
         };
         report.tidy();
         report
@@ -1118,6 +1134,45 @@ impl Target {
             return Some(share);
         }
         (end <= to && share >= rho).then_some(share)
+    }
+
+    /// The threads that burned a CPU right after the onset `t0` (see
+    /// [`crate::cpu_time`]): on-CPU share over `persistence_seconds` after it (up to the
+    /// data seen) against the lowest share of the `BURNER_BEFORE` spans of that length
+    /// before it. The lowest, because a runaway that began before a late onset (continuous
+    /// mode detects it seconds after the fault) has already raised the span just before.
+    fn cpu_burners(&self, t0: u64, seen: u64) -> Vec<Burner> {
+        let test = BurnerTest {
+            share: self.params.burner_share,
+            rise: self.params.burner_rise,
+        };
+        if test.share <= 0.0 {
+            return Vec::new();
+        }
+        let bin = self.d.bin_ns;
+        let span = (self.d.persistence_ns / bin).max(1);
+        let first_after = t0 / bin;
+        let end = t0.saturating_add(self.d.persistence_ns).min(seen.max(t0));
+        let last_after = (end / bin).max(first_after);
+        self.threads
+            .iter()
+            .filter_map(|t| {
+                let cpu = t.cpu.as_ref()?;
+                let after = cpu.share(first_after, last_after);
+                let before = (0..BURNER_BEFORE)
+                    .map_while(|i| {
+                        let hi = first_after.checked_sub(i * span + 1)?;
+                        Some(cpu.share(hi.saturating_sub(span - 1), hi))
+                    })
+                    .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.min(s))))
+                    .unwrap_or(0.0);
+                test.burns(before, after).then_some(Burner {
+                    tid: t.tid,
+                    share_before: before,
+                    share_after: after,
+                })
+            })
+            .collect()
     }
 
     /// `t`'s calls in `[a, b)`, edge bins counted pro rata.
@@ -1269,6 +1324,17 @@ impl Target {
 
 /// `t`'s calls in `[a, b)` from its per-bin counts (bins of `bin` ns), edge bins counted
 /// pro rata.
+/// Takes an on-CPU record into the thread's CPU time (allocated on its first record:
+/// sources without scheduler records cost nothing). Kept out of line: the per-call path
+/// stays as small as it was.
+#[inline(never)]
+fn add_cpu_time(th: &mut Thread, ev: &SyscallEvent, bin_ns: u64, c: &mut EngineCounters) {
+    c.cpu_records += 1;
+    th.cpu
+        .get_or_insert_with(Box::default)
+        .add(ev.ts_ns, ev.duration_ns, bin_ns);
+}
+
 fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {
     if b <= a || bin == 0 {
         return 0.0;

@@ -586,6 +586,8 @@ pub struct Thread {
     /// Most recent episodes, a ring of at most [`EPISODES_PER_THREAD`] (slot
     /// `episode_pos` is written next); grows one at a time since most threads have none.
     pub episodes: Vec<Episode>,
+    /// On-CPU time per bin, for sources with scheduler records (absent otherwise).
+    pub cpu: Option<Box<crate::cpu_time::CpuBins>>,
 }
 
 impl Thread {
@@ -757,6 +759,10 @@ impl Thread {
             + self.more_keys.capacity() * std::mem::size_of::<u16>()
             + self.rings.capacity() * std::mem::size_of::<f32>()
             + self.episodes.capacity() * std::mem::size_of::<Episode>()
+            + self
+                .cpu
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<crate::cpu_time::CpuBins>())
     }
 }
 

@@ -900,3 +900,70 @@ fn a_waiter_woken_between_two_waits_is_still_seen_stopped() {
     // The onset is where the 6-s wait crossed its limit.
     assert_lone_stop(&r, "read", 60_000_000_000..62_100_000_000);
 }
+
+/// The global slowdown of `slowdown_hitting_every_thread_at_once_is_external`, with the
+/// scheduler's account of every thread's CPU time (`OnCpu` records, 4 ms ticks): each
+/// thread runs 5 % of the time, and thread `burner` (if any) runs 95 % from the fault on
+/// (from the start when `always`): a runaway loop in one thread slows all the others.
+fn runaway_stream(burner: Option<u32>, always: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+    let s = spec(
+        32,
+        50.0,
+        11,
+        Some(FaultSpec {
+            start_seconds: FAULT_AT,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 0.05,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let mut events: Vec<SyscallEvent> = generate(&s).collect();
+    let (tick, fault) = (4_000_000u64, fault_start_ns(&s));
+    let end = s.start_ns + (s.seconds * 1e9) as u64;
+    for i in 0..s.threads {
+        let tid = s.pid + i;
+        let mut at = s.start_ns + tick * (1 + u64::from(i) % 7);
+        while at < end {
+            let burns = Some(i) == burner && (always || at >= fault);
+            let run = if burns { tick * 95 / 100 } else { tick / 20 };
+            events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+            at += tick;
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    (s, events)
+}
+
+/// A thread of the service burning a CPU makes the verdict internal though every thread
+/// slowed at once (τ = 1); threads that only wait, or one that always ran that much,
+/// leave the environment verdict alone.
+#[test]
+fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
+    let (s, events) = runaway_stream(Some(3), false);
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(
+        (r.verdict, r.decided_by),
+        (Verdict::Internal, DecisionPath::CpuBurner),
+        "{r:#?}"
+    );
+    assert!(r.impact_factor > 0.9, "{r:#?}");
+    assert_eq!(r.cpu_burners.len(), 1, "{r:#?}");
+    let b = r.cpu_burners[0];
+    assert_eq!(b.tid, s.pid + 3);
+    assert!(b.share_after > 0.9 && b.share_before < 0.1, "{b:?}");
+    assert_eq!(
+        r.subsystem,
+        faultline_engine::report::Subsystem::CpuScheduling
+    );
+    assert!(r.counters.cpu_records > 0);
+
+    for (burner, always) in [(None, false), (Some(3), true)] {
+        let (s, events) = runaway_stream(burner, always);
+        let (_, mut engine) = run_events(&events);
+        let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+        assert_eq!(r.verdict, Verdict::External, "{burner:?} {always}: {r:#?}");
+        assert!(r.cpu_burners.is_empty());
+    }
+}

@@ -6,7 +6,7 @@ import subprocess
 
 from .env import sh
 
-EVENTS = ["-e", "raw_syscalls:sys_enter", "-e", "raw_syscalls:sys_exit"]
+EVENTS = ["-e", "raw_syscalls:sys_enter", "-e", "raw_syscalls:sys_exit", "-e", "sched:sched_stat_runtime"]
 # 4 MiB per CPU: perf's default buffer silently lost ~60 % of the events on this machine.
 MMAP_PAGES = "1024"
 

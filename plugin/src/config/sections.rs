@@ -65,7 +65,7 @@ impl Default for OtlpSourceSection {
 
 /// `[sources.perf]`: live `perf trace` of running processes or of a command (off by default
 /// because it needs privileges).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PerfSourceConfig {
     pub enabled: bool,
@@ -75,6 +75,22 @@ pub struct PerfSourceConfig {
     pub cgroup: Option<String>,
     /// Start and trace this command (argv), instead of attaching.
     pub command: Vec<String>,
+    /// Also record each thread's CPU time (`sched:sched_stat_runtime`, when the kernel has
+    /// it): a thread of the service burning a CPU then makes the verdict internal (see the
+    /// engine's `burner_share`). On by default.
+    pub cpu_time: bool,
+}
+
+impl Default for PerfSourceConfig {
+    fn default() -> Self {
+        Self {
+            enabled: false,
+            pids: Vec::new(),
+            cgroup: None,
+            command: Vec::new(),
+            cpu_time: true,
+        }
+    }
 }
 
 /// `[sources.lttng]`: an LTTng session read through babeltrace2 (off by default).

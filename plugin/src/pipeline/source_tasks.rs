@@ -54,7 +54,11 @@ pub fn start_pull_sources(
             PerfTarget::Command(s.perf.command.clone())
         };
         let stats = telemetry.source(perf_script::SOURCE);
-        let reader = perf_live::spawn_script(&target, host_arch()?, stats.clone())
+        let opts = perf_live::RecordOptions {
+            cpu_time: s.perf.cpu_time,
+            ..perf_live::RecordOptions::default()
+        };
+        let reader = perf_live::spawn_script_with(&target, host_arch()?, stats.clone(), opts)
             .map_err(|e| source_error("sources.perf", &e))?;
         tracing::info!(?target, "live perf source started");
         let producers = reader.get_ref().producer_pids();

@@ -71,6 +71,7 @@ fn kind_code(kind: EventKind) -> u8 {
         EventKind::Complete => 0,
         EventKind::Enter => 1,
         EventKind::Exit => 2,
+        EventKind::OnCpu => 3,
     }
 }
 
@@ -79,6 +80,7 @@ fn kind_from(code: u8) -> Option<EventKind> {
         0 => Some(EventKind::Complete),
         1 => Some(EventKind::Enter),
         2 => Some(EventKind::Exit),
+        3 => Some(EventKind::OnCpu),
         _ => None,
     }
 }

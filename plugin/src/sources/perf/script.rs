@@ -154,6 +154,18 @@ fn event_of(arch: Arch, l: &ScriptLine<'_>) -> SyscallEvent {
     }
 }
 
+/// Which process a line's event belongs to: by pid when perf printed one, else by command.
+fn owner_of(pid: Option<u32>, tid: u32, comm: &[u8]) -> Owner<'_> {
+    match pid {
+        Some(pid) => Owner::Pid {
+            pid,
+            comm,
+            leader: pid == tid,
+        },
+        None => Owner::Comm(comm),
+    }
+}
+
 /// The parts of the reader a line updates (split out so a line can borrow the input buffer).
 struct LineSink<'a> {
     arch: Arch,
@@ -180,15 +192,13 @@ impl LineSink<'_> {
             Parsed::Syscall(l) => {
                 *self.samples += 1;
                 let event = event_of(self.arch, &l);
-                let owner = match l.pid {
-                    Some(pid) => Owner::Pid {
-                        pid,
-                        comm: l.comm,
-                        leader: pid == l.tid,
-                    },
-                    None => Owner::Comm(l.comm),
-                };
-                self.batcher.push(owner, event);
+                self.batcher.push(owner_of(l.pid, l.tid, l.comm), event);
+            }
+            Parsed::OnCpu(r) => {
+                *self.samples += 1;
+                let event =
+                    SyscallEvent::on_cpu(r.pid.unwrap_or(r.tid), r.tid, r.ts_ns, r.runtime_ns);
+                self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
             }
             Parsed::Skip => {}
             Parsed::Lost(n) => self.lost.lost(self.stats, n),

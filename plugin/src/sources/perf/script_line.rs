@@ -10,6 +10,10 @@
 //! <comm> <pid>/<tid> <secs>.<frac>: syscalls:sys_enter_<name>: <args>
 //! <comm> <pid>/<tid> <secs>.<frac>: syscalls:sys_exit_<name>: 0x<ret>
 //! ```
+//! and, for the scheduler's account of CPU time (see `faultline_engine::cpu_time`):
+//! ```text
+//! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: sched:sched_stat_runtime: comm=<c> pid=<tid> runtime=<ns> [ns]
+//! ```
 //! `comm` may contain spaces and digits; `[cpu]` and `pid/` are optional; the fraction has
 //! 9 digits with `--ns`, 6 without.
 
@@ -41,10 +45,22 @@ pub struct ScriptLine<'a> {
     pub ret: Option<i64>,
 }
 
+/// A decoded `sched:sched_stat_runtime` line: the thread ran `runtime_ns` up to `ts_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunLine<'a> {
+    pub comm: &'a [u8],
+    pub pid: Option<u32>,
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub runtime_ns: u64,
+}
+
 /// What a line turned out to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
     Syscall(ScriptLine<'a>),
+    /// The scheduler's account of a thread's time on a CPU.
+    OnCpu(RunLine<'a>),
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
     /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
@@ -58,6 +74,7 @@ pub enum Parsed<'a> {
 // and the header must end in `:` on its own.
 const RAW_MARK: &[u8] = b" raw_syscalls:sys_";
 const NAMED_MARK: &[u8] = b" syscalls:sys_";
+const RUNTIME_MARK: &[u8] = b" sched:sched_stat_runtime:";
 /// Also the prefix of `PERF_RECORD_LOST_SAMPLES`, which has the same `lost <n>` tail.
 const LOST_MARK: &[u8] = b"PERF_RECORD_LOST";
 
@@ -96,7 +113,11 @@ impl LineParser {
             let (head, rest) = split_at(line, at, NAMED_MARK.len());
             return parse_named(head, rest).map_or(Parsed::Malformed, Parsed::Syscall);
         }
-        // Only reached by lines that are no syscall, so the hot path never pays for it.
+        // Only reached by lines that are no syscall, so the hot path never pays for these.
+        if let Some(at) = memmem::find(line, RUNTIME_MARK) {
+            let (head, rest) = split_at(line, at, RUNTIME_MARK.len());
+            return parse_runtime(head, rest).map_or(Parsed::Malformed, Parsed::OnCpu);
+        }
         if let Some(at) = memmem::find(line, LOST_MARK) {
             let rest = line.get(at + LOST_MARK.len()..).unwrap_or_default();
             return lost_count(rest).map_or(Parsed::Malformed, Parsed::Lost);
@@ -179,6 +200,28 @@ fn parse_named<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<ScriptLine<'a>> {
         half,
         call: Call::Name(name),
         ret,
+    })
+}
+
+/// `sched:sched_stat_runtime:` rest: `comm=<c> pid=<tid> runtime=<ns> [ns]` (older
+/// kernels add ` vruntime=<ns> [ns]`). The header names the thread: the tracepoint fires
+/// in the context of the task it accounts.
+fn parse_runtime<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<RunLine<'a>> {
+    let h = parse_header(head)?;
+    // From the right: the task's comm (before it) may contain anything.
+    let at = memmem::rfind(rest, b" runtime=")?;
+    let digits = rest.get(at + b" runtime=".len()..)?;
+    let end = digits
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    let runtime_ns = parse_u64(digits.get(..end)?)?;
+    Some(RunLine {
+        comm: h.comm,
+        pid: h.pid,
+        tid: h.tid,
+        ts_ns: h.ts_ns,
+        runtime_ns,
     })
 }
 
@@ -395,6 +438,36 @@ mod tests {
         );
         assert_eq!(
             p.parse(b"x 1/zz 3.4: raw_syscalls:sys_enter: NR 7 ()"),
+            Parsed::Malformed
+        );
+    }
+
+    /// Shapes printed by perf 6.1 on kernel 6.18 (`-F comm,pid,tid,time,event,trace` and
+    /// the default field set), and the older format with `vruntime`.
+    #[test]
+    fn scheduler_runtime_records() {
+        let p = LineParser::new();
+        fn run<'a>(p: &LineParser, line: &'a str) -> RunLine<'a> {
+            match p.parse(line.as_bytes()) {
+                Parsed::OnCpu(r) => r,
+                other => panic!("{line:?} gave {other:?}"),
+            }
+        }
+        let r = run(&p, "        postgres  2474/2474  70400.123456789: sched:sched_stat_runtime: comm=postgres pid=2474 runtime=33043 [ns]\n");
+        assert_eq!(r.comm, b"postgres");
+        assert_eq!((r.pid, r.tid), (Some(2474), 2474));
+        assert_eq!((r.ts_ns, r.runtime_ns), (70_400_123_456_789, 33_043));
+        let r = run(&p, "     migration/0    18 [000] 70321.667171: sched:sched_stat_runtime: comm=migration/0 pid=18 runtime=11193 [ns]");
+        assert_eq!((r.pid, r.tid, r.runtime_ns), (None, 18, 11_193));
+        // A comm with ` runtime=` in it cannot fool the parse: it reads from the right.
+        let r = run(&p, "x 1/2 3.4: sched:sched_stat_runtime: comm=a runtime=9 pid=2 runtime=5 [ns] vruntime=77 [ns]");
+        assert_eq!(r.runtime_ns, 5);
+        assert_eq!(
+            p.parse(b"x 1/2 3.4: sched:sched_stat_runtime: comm=a pid=2 runtime=[ns]"),
+            Parsed::Malformed
+        );
+        assert_eq!(
+            p.parse(b"x 1/2 3.4: sched:sched_stat_runtime: comm=a pid=2"),
             Parsed::Malformed
         );
     }
