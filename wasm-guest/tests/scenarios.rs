@@ -36,9 +36,9 @@ fn fault_start_ns(spec: &StreamSpec) -> u64 {
     spec.start_ns + (FAULT_AT * 1e9) as u64
 }
 
-#[test]
-fn slowdown_hitting_every_thread_at_once_is_external() {
-    let s = spec(
+/// 32 threads, all slowed ×8 at 40 s within 50 ms: an environment fault.
+fn global_slowdown_spec() -> StreamSpec {
+    spec(
         32,
         50.0,
         11,
@@ -49,7 +49,12 @@ fn slowdown_hitting_every_thread_at_once_is_external() {
             duration_multiplier: 8.0,
             ..FaultSpec::default()
         }),
-    );
+    )
+}
+
+#[test]
+fn slowdown_hitting_every_thread_at_once_is_external() {
+    let s = global_slowdown_spec();
     let (_, mut engine) = run(&s, Params::default());
     let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
     assert_eq!(r.verdict, Verdict::External, "{r:#?}");
@@ -906,18 +911,7 @@ fn a_waiter_woken_between_two_waits_is_still_seen_stopped() {
 /// thread runs 5 % of the time, and thread `burner` (if any) runs 95 % from the fault on
 /// (from the start when `always`): a runaway loop in one thread slows all the others.
 fn runaway_stream(burner: Option<u32>, always: bool) -> (StreamSpec, Vec<SyscallEvent>) {
-    let s = spec(
-        32,
-        50.0,
-        11,
-        Some(FaultSpec {
-            start_seconds: FAULT_AT,
-            affected_fraction: 1.0,
-            onset_spread_seconds: 0.05,
-            duration_multiplier: 8.0,
-            ..FaultSpec::default()
-        }),
-    );
+    let s = global_slowdown_spec();
     let mut events: Vec<SyscallEvent> = generate(&s).collect();
     let (tick, fault) = (4_000_000u64, fault_start_ns(&s));
     let end = s.start_ns + (s.seconds * 1e9) as u64;
