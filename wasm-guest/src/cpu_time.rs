@@ -18,7 +18,9 @@
 
 use serde::{Deserialize, Serialize};
 
-/// On-CPU share per bin over the last [`CpuBins::N`] bins (the engine's activity bins),
+use crate::thread::{ring_seek, ring_sum, RING_BINS};
+
+/// On-CPU share per bin over the last [`RING_BINS`] bins (the engine's activity bins),
 /// in constant memory.
 ///
 /// A bin holds the share of its wall-clock time the thread ran, in units of
@@ -40,7 +42,6 @@ impl Default for CpuBins {
 }
 
 impl CpuBins {
-    const N: u64 = 256;
     /// Units of a bin the thread ran through.
     pub const FULL: u64 = 60_000;
 
@@ -51,7 +52,7 @@ impl CpuBins {
         let start_ns = end_ns.saturating_sub(runtime_ns);
         let last = end_ns / bin_ns;
         // Older than the ring can hold: only the covered part inside it counts.
-        let first = (start_ns / bin_ns).max(last.saturating_sub(Self::N - 1));
+        let first = (start_ns / bin_ns).max(last.saturating_sub(RING_BINS - 1));
         for bin in first..=last {
             let lo = (bin * bin_ns).max(start_ns);
             let hi = bin.saturating_add(1).saturating_mul(bin_ns).min(end_ns);
@@ -63,18 +64,10 @@ impl CpuBins {
     }
 
     fn add_units(&mut self, bin: u64, units: u64) {
-        if bin > self.latest {
-            let clear = (bin - self.latest).min(Self::N);
-            for i in 0..clear {
-                if let Some(u) = self.units.get_mut(((bin - i) % Self::N) as usize) {
-                    *u = 0;
-                }
-            }
-            self.latest = bin;
-        } else if self.latest - bin >= Self::N {
+        if !ring_seek(&mut self.units, &mut self.latest, bin) {
             return;
         }
-        if let Some(u) = self.units.get_mut((bin % Self::N) as usize) {
+        if let Some(u) = self.units.get_mut((bin % RING_BINS) as usize) {
             *u = u64::from(*u).saturating_add(units).min(u64::from(u16::MAX)) as u16;
         }
     }
@@ -86,21 +79,7 @@ impl CpuBins {
             return 0.0;
         }
         let bins = (hi - lo + 1) as f64;
-        let top = hi.min(self.latest);
-        let bottom = lo.max(self.latest.saturating_sub(Self::N - 1));
-        let units: u64 = if bottom > top {
-            0
-        } else {
-            (bottom..=top)
-                .map(|b| {
-                    self.units
-                        .get((b % Self::N) as usize)
-                        .copied()
-                        .map_or(0, u64::from)
-                })
-                .sum()
-        };
-        units as f64 / (bins * Self::FULL as f64)
+        ring_sum(&self.units, self.latest, lo, hi, 0) as f64 / (bins * Self::FULL as f64)
     }
 }
 

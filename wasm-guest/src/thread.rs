@@ -463,7 +463,6 @@ impl Default for CallBins {
 }
 
 impl CallBins {
-    const N: u64 = 256;
     /// Leading bytes a call touches (`latest` and `pending`).
     pub const HOT_BYTES: usize = std::mem::offset_of!(CallBins, counts);
 
@@ -483,48 +482,62 @@ impl CallBins {
     fn add_other(&mut self, bin: u64) {
         if bin > self.latest {
             let pending = std::mem::take(&mut self.pending);
-            if let Some(c) = self.counts.get_mut((self.latest % Self::N) as usize) {
+            if let Some(c) = self.counts.get_mut((self.latest % RING_BINS) as usize) {
                 *c = c.saturating_add(pending);
             }
-            let clear = (bin - self.latest).min(Self::N);
-            for i in 0..clear {
-                let b = bin - i;
-                if let Some(c) = self.counts.get_mut((b % Self::N) as usize) {
-                    *c = 0;
-                }
-            }
-            self.latest = bin;
-        } else if self.latest - bin >= Self::N {
+        }
+        if !ring_seek(&mut self.counts, &mut self.latest, bin) {
             return;
         }
-        if let Some(c) = self.counts.get_mut((bin % Self::N) as usize) {
+        if let Some(c) = self.counts.get_mut((bin % RING_BINS) as usize) {
             *c = c.saturating_add(1);
         }
     }
 
     /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
-        let hi = hi.min(self.latest);
-        let lo = lo.max(self.latest.saturating_sub(Self::N - 1));
-        if lo > hi {
-            return 0;
-        }
-        (lo..=hi)
-            .map(|b| {
-                let c = self
-                    .counts
-                    .get((b % Self::N) as usize)
-                    .copied()
-                    .unwrap_or(0);
-                let c = if b == self.latest {
-                    c.saturating_add(self.pending)
-                } else {
-                    c
-                };
-                c as u64
-            })
-            .sum()
+        ring_sum(&self.counts, self.latest, lo, hi, self.pending)
     }
+}
+
+/// Bins of the per-thread rings ([`CallBins`], [`crate::cpu_time::CpuBins`]).
+pub const RING_BINS: u64 = 256;
+
+/// Moves a ring whose newest bin is `latest` to `bin` when that is newer, zeroing the bins
+/// it skips; false when `bin` is older than the ring still holds.
+pub fn ring_seek(slots: &mut [u16; 256], latest: &mut u64, bin: u64) -> bool {
+    if bin > *latest {
+        let clear = (bin - *latest).min(RING_BINS);
+        for i in 0..clear {
+            if let Some(c) = slots.get_mut(((bin - i) % RING_BINS) as usize) {
+                *c = 0;
+            }
+        }
+        *latest = bin;
+        true
+    } else {
+        *latest - bin < RING_BINS
+    }
+}
+
+/// Sum of a ring's bins `[lo, hi]` (bins older than the ring or newer than `latest` count
+/// as 0), plus `extra` when the range holds `latest` (counts not yet folded in).
+pub fn ring_sum(slots: &[u16; 256], latest: u64, lo: u64, hi: u64, extra: u16) -> u64 {
+    let hi = hi.min(latest);
+    let lo = lo.max(latest.saturating_sub(RING_BINS - 1));
+    if lo > hi {
+        return 0;
+    }
+    (lo..=hi)
+        .map(|b| {
+            let c = slots.get((b % RING_BINS) as usize).copied().unwrap_or(0);
+            u64::from(if b == latest {
+                c.saturating_add(extra)
+            } else {
+                c
+            })
+        })
+        .sum()
 }
 
 /// Everything the engine keeps about one thread.
