@@ -121,6 +121,7 @@ fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
             EventKind::Exit => "exit",
             EventKind::Complete => "complete",
             EventKind::OnCpu => "on_cpu",
+            EventKind::OffCpu => "off_cpu",
         };
         *m.entry((half, e.syscall)).or_insert(0) += 1;
     }
@@ -145,7 +146,7 @@ fn pair(batches: &[EventBatch]) -> (u64, u64) {
                     }
                 }
             }
-            EventKind::Complete | EventKind::OnCpu => {}
+            EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu => {}
         }
     }
     (completed, mismatched)

@@ -73,6 +73,7 @@ fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallI
                 EventKind::Exit => "exit",
                 EventKind::Complete => "complete",
                 EventKind::OnCpu => "on_cpu",
+                EventKind::OffCpu => "off_cpu",
             };
             *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
         }
@@ -395,6 +396,16 @@ fn live_perf_record_pipe_streams_a_command() {
         .sum();
     if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_stat_runtime").exists() {
         assert!(on_cpu_ns > 0, "no on-CPU time recorded for dd");
+    }
+    // So do its switches away from the CPU (it exits, at least).
+    let off_cpu = batches
+        .iter()
+        .filter(|b| b.process.comm.as_deref() == Some("dd"))
+        .flat_map(|b| &b.events)
+        .filter(|e| e.kind == EventKind::OffCpu)
+        .count();
+    if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_switch").exists() {
+        assert!(off_cpu > 0, "no switch records for dd");
     }
 }
 

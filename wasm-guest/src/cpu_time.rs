@@ -1,5 +1,6 @@
 //! On-CPU time per thread, from the scheduler's own accounting ([`EventKind::OnCpu`]
-//! records, such as perf's `sched:sched_stat_runtime`), and the *CPU burner* test.
+//! records, such as perf's `sched:sched_stat_runtime`, and [`EventKind::OffCpu`] records,
+//! perf's `sched:sched_switch`), and the *CPU burner* test.
 //!
 //! Syscall timing cannot tell a thread that burns a CPU in its own code from one that
 //! waits for a CPU it cannot get: both sit outside any call (measured in
@@ -12,31 +13,69 @@
 //! its share before, is evidence of an internal fault whatever τ says (every other thread
 //! slows down because the burner holds the CPU, which is why τ reads external).
 //!
-//! Memory: [`CpuBins`] is 520 bytes, allocated only for threads that have such records.
+//! A runaway split over more threads than the CPUs they share (six spinning Apache
+//! workers on one CPU) gives each only a sixth of it, no more than memory thrashing
+//! gives each thread that pages (direct reclaim is charged to the faulting thread). What
+//! tells them apart is how they leave the CPU: a spinner never blocks, so every switch
+//! away is a preemption; a thrashing thread blocks in page-in I/O. So a thread whose
+//! share rose, if under `burner_share`, still burns when almost all its switches away
+//! were preemptions ([`BurnerTest::spins`]).
+//!
+//! Memory: [`CpuBins`] is 1,032 bytes, allocated only for threads that have such records.
 //!
 //! [`EventKind::OnCpu`]: crate::event::EventKind::OnCpu
+//! [`EventKind::OffCpu`]: crate::event::EventKind::OffCpu
 
 use serde::{Deserialize, Serialize};
 
-use crate::thread::{ring_seek, ring_sum, RING_BINS};
+use crate::thread::{ring_seek, RING_BINS};
 
-/// On-CPU share per bin over the last [`RING_BINS`] bins (the engine's activity bins),
-/// in constant memory.
+/// One activity bin of a thread's CPU account.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CpuBin {
+    /// Share of the bin's wall-clock time on a CPU, in units of 1/[`CpuBins::FULL`].
+    units: u16,
+    /// Switches away while still runnable (saturating).
+    preempted: u8,
+    /// Switches away to wait (saturating).
+    blocked: u8,
+}
+
+/// On-CPU share and switches away per bin over the last [`RING_BINS`] bins (the engine's
+/// activity bins), in constant memory.
 ///
-/// A bin holds the share of its wall-clock time the thread ran, in units of
-/// 1/[`CpuBins::FULL`]: a thread runs on one CPU at a time, so a bin is full at most
-/// (more only when records overlap, and then it saturates).
+/// A bin's share is full at most: a thread runs on one CPU at a time (more only when
+/// records overlap, and then it saturates).
 #[derive(Clone, Copy, Debug)]
 pub struct CpuBins {
     latest: u64,
-    units: [u16; 256],
+    bins: [CpuBin; 256],
 }
 
 impl Default for CpuBins {
     fn default() -> Self {
         Self {
             latest: 0,
-            units: [0; 256],
+            bins: [CpuBin::default(); 256],
+        }
+    }
+}
+
+/// Switches away from the CPU over a span of bins.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Switches {
+    pub preempted: u64,
+    pub blocked: u64,
+}
+
+impl Switches {
+    /// Share of the switches away that were preemptions (0 with none).
+    pub fn preempted_share(&self) -> f64 {
+        let all = self.preempted + self.blocked;
+        if all == 0 {
+            0.0
+        } else {
+            self.preempted as f64 / all as f64
         }
     }
 }
@@ -59,17 +98,38 @@ impl CpuBins {
             let part = hi.saturating_sub(lo);
             // ≤ bin_ns × FULL / bin_ns: no overflow for any bin width up to 2^48 ns.
             let units = (u128::from(part) * u128::from(Self::FULL) / u128::from(bin_ns)) as u64;
-            self.add_units(bin, units);
+            if let Some(b) = self.bin_mut(bin) {
+                b.units = u64::from(b.units)
+                    .saturating_add(units)
+                    .min(u64::from(u16::MAX)) as u16;
+            }
         }
     }
 
-    fn add_units(&mut self, bin: u64, units: u64) {
-        if !ring_seek(&mut self.units, &mut self.latest, bin) {
-            return;
+    /// Counts a switch away from the CPU at `ts_ns`.
+    pub fn switch(&mut self, ts_ns: u64, preempted: bool, bin_ns: u64) {
+        if let Some(b) = self.bin_mut(ts_ns / bin_ns.max(1)) {
+            let n = if preempted {
+                &mut b.preempted
+            } else {
+                &mut b.blocked
+            };
+            *n = n.saturating_add(1);
         }
-        if let Some(u) = self.units.get_mut((bin % RING_BINS) as usize) {
-            *u = u64::from(*u).saturating_add(units).min(u64::from(u16::MAX)) as u16;
+    }
+
+    fn bin_mut(&mut self, bin: u64) -> Option<&mut CpuBin> {
+        if !ring_seek(&mut self.bins, &mut self.latest, bin) {
+            return None;
         }
+        self.bins.get_mut((bin % RING_BINS) as usize)
+    }
+
+    /// The bins of `[lo, hi]` the ring still holds (none after the latest record).
+    fn span(&self, lo: u64, hi: u64) -> impl Iterator<Item = &CpuBin> {
+        let hi = hi.min(self.latest);
+        let lo = lo.max(self.latest.saturating_sub(RING_BINS - 1));
+        (lo..=hi).filter_map(move |b| self.bins.get((b % RING_BINS) as usize))
     }
 
     /// Share of the wall-clock time of bins `[lo, hi]` the thread ran (0 for bins older
@@ -79,11 +139,22 @@ impl CpuBins {
             return 0.0;
         }
         let bins = (hi - lo + 1) as f64;
-        ring_sum(&self.units, self.latest, lo, hi, 0) as f64 / (bins * Self::FULL as f64)
+        let units: u64 = self.span(lo, hi).map(|b| u64::from(b.units)).sum();
+        units as f64 / (bins * Self::FULL as f64)
+    }
+
+    /// Switches away from the CPU in bins `[lo, hi]`.
+    pub fn switches(&self, lo: u64, hi: u64) -> Switches {
+        self.span(lo, hi)
+            .fold(Switches::default(), |s, b| Switches {
+                preempted: s.preempted + u64::from(b.preempted),
+                blocked: s.blocked + u64::from(b.blocked),
+            })
     }
 }
 
-/// A thread that ran most of the time after the onset, far more than before.
+/// A thread that ran most of the time after the onset, far more than before, or that
+/// rose to a smaller share but never blocked (a spinner sharing its CPU).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Burner {
     pub tid: u32,
@@ -91,6 +162,10 @@ pub struct Burner {
     pub share_before: f64,
     /// On-CPU share after the onset.
     pub share_after: f64,
+    /// Share of its switches away from the CPU after the onset that were preemptions
+    /// (absent when the source has no switch records).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempted_share: Option<f64>,
 }
 
 /// Thresholds of the burner test (see [`crate::params::Params::burner_share`]).
@@ -100,12 +175,28 @@ pub struct BurnerTest {
     pub share: f64,
     /// Minimum ratio of the share after to the share before.
     pub rise: f64,
+    /// Minimum on-CPU share after the onset of a spinner.
+    pub spin_share: f64,
+    /// Minimum share of a spinner's switches away that were preemptions.
+    pub spin_preempted: f64,
+    /// Minimum preemptions of a spinner over the span after the onset: a thread switched
+    /// away twice is no evidence either way.
+    pub spin_min_preemptions: u64,
 }
 
 impl BurnerTest {
     /// Whether shares `before` → `after` make a burner.
     pub fn burns(&self, before: f64, after: f64) -> bool {
         after >= self.share && after >= self.rise * before
+    }
+
+    /// Whether shares `before` → `after`, with `switches` away after, make a spinner.
+    pub fn spins(&self, before: f64, after: f64, switches: Switches) -> bool {
+        self.spin_share > 0.0
+            && after >= self.spin_share
+            && after >= self.rise * before
+            && switches.preempted >= self.spin_min_preemptions.max(1)
+            && switches.preempted_share() >= self.spin_preempted
     }
 }
 
@@ -153,14 +244,76 @@ mod tests {
         assert_eq!(c.share(0, 1), 0.0);
     }
 
+    const TEST: BurnerTest = BurnerTest {
+        share: 0.5,
+        rise: 3.0,
+        spin_share: 0.05,
+        spin_preempted: 0.9,
+        spin_min_preemptions: 6,
+    };
+
     #[test]
     fn the_burner_test_needs_a_high_share_and_a_rise() {
-        let t = BurnerTest {
-            share: 0.5,
-            rise: 3.0,
-        };
+        let t = TEST;
         assert!(t.burns(0.05, 0.9));
         assert!(!t.burns(0.05, 0.3), "not most of the time");
         assert!(!t.burns(0.4, 0.9), "it already ran that much");
+    }
+
+    #[test]
+    fn switches_are_counted_per_bin_and_fall_out_with_the_ring() {
+        let mut c = CpuBins::default();
+        for i in 0..10 {
+            c.switch(5 * BIN + i, true, BIN);
+        }
+        c.switch(5 * BIN + 20, false, BIN);
+        c.switch(6 * BIN, false, BIN);
+        assert_eq!(
+            c.switches(5, 5),
+            Switches {
+                preempted: 10,
+                blocked: 1
+            }
+        );
+        assert_eq!(c.switches(5, 6).blocked, 2);
+        assert!((c.switches(5, 5).preempted_share() - 10.0 / 11.0).abs() < 1e-9);
+        assert_eq!(Switches::default().preempted_share(), 0.0);
+        // Counts saturate; a bin the ring moved past is cleared.
+        for _ in 0..300 {
+            c.switch(6 * BIN, true, BIN);
+        }
+        assert_eq!(c.switches(6, 6).preempted, 255);
+        c.switch(300 * BIN, false, BIN);
+        assert_eq!(c.switches(0, 299), Switches::default());
+        // A switch older than the ring changes nothing.
+        c.switch(BIN, true, BIN);
+        assert_eq!(c.switches(0, 2), Switches::default());
+    }
+
+    #[test]
+    fn a_spinner_rose_and_never_blocked() {
+        let t = TEST;
+        let spinning = Switches {
+            preempted: 90,
+            blocked: 2,
+        };
+        assert!(t.spins(0.01, 0.1, spinning));
+        assert!(!t.spins(0.01, 0.03, spinning), "too little CPU");
+        assert!(!t.spins(0.05, 0.1, spinning), "it ran that much before");
+        let paging = Switches {
+            preempted: 20,
+            blocked: 200,
+        };
+        assert!(!t.spins(0.01, 0.1, paging), "it blocks: a thrashing thread");
+        let few = Switches {
+            preempted: 3,
+            blocked: 0,
+        };
+        assert!(!t.spins(0.01, 0.1, few), "too few switches to tell");
+        let off = BurnerTest {
+            spin_share: 0.0,
+            ..t
+        };
+        assert!(!off.spins(0.01, 0.1, spinning), "0 turns the test off");
     }
 }

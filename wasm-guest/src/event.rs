@@ -27,6 +27,12 @@ pub enum EventKind {
     /// ignored. Tells a thread burning a CPU from one waiting for it (see
     /// [`crate::cpu_time`]).
     OnCpu,
+    /// Not a call: the thread left its CPU at `ts_ns` (perf's `sched:sched_switch`, in the
+    /// context of the thread switched out); `ret` is `Some(1)` when it left still runnable
+    /// (preempted), `Some(0)` when it blocked. Tells a thread spinning among others that
+    /// share its CPU from one that runs more because it waits in page faults (see
+    /// [`crate::cpu_time`]).
+    OffCpu,
 }
 
 /// Hardware/software counters sampled with a call, when the source has them.
@@ -108,6 +114,28 @@ impl SyscallEvent {
             ret: None,
             perf: None,
         }
+    }
+
+    /// A switch away from the CPU at `ts_ns`: `preempted` when the thread was still
+    /// runnable, so it wanted to go on running.
+    pub fn off_cpu(pid: u32, tid: u32, ts_ns: u64, preempted: bool) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall: SyscallId::UNKNOWN,
+            kind: EventKind::OffCpu,
+            ts_ns,
+            duration_ns: 0,
+            ret: Some(i64::from(preempted)),
+            perf: None,
+        }
+    }
+
+    /// Whether this is a scheduler record ([`EventKind::OnCpu`] or [`EventKind::OffCpu`])
+    /// rather than a call half.
+    #[inline]
+    pub fn is_scheduling(&self) -> bool {
+        matches!(self.kind, EventKind::OnCpu | EventKind::OffCpu)
     }
 
     /// The exit half of a call.

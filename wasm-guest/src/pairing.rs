@@ -49,7 +49,7 @@ impl Pairer {
     #[inline]
     pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
         // Not a call half: it must not look like a duplicate or separate a pair.
-        if ev.kind == EventKind::OnCpu {
+        if ev.is_scheduling() {
             return None;
         }
         if self.last_kind == Some(ev.kind)
@@ -82,7 +82,7 @@ impl Pairer {
                 });
                 None
             }
-            EventKind::OnCpu => None,
+            EventKind::OnCpu | EventKind::OffCpu => None,
             EventKind::Exit => {
                 let Some(p) = self.pending.take() else {
                     c.lost_enters += 1;

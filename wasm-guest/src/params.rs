@@ -132,6 +132,16 @@ pub struct Params {
     /// The rise over the thread's own share before the onset that a burner needs (a
     /// thread that always runs that much is the workload, not a fault).
     pub burner_rise: f64,
+    /// A thread whose share rose `burner_rise` times to at least this much, under
+    /// `burner_share`, is a burner too when at least `spinner_preempted` of its switches
+    /// away from the CPU after the onset were preemptions: a runaway split over more
+    /// threads than CPUs gives each only a part of one, but it never blocks, while a
+    /// thread that runs more under memory thrashing blocks in page-in I/O (see
+    /// `cpu_time`). Needs switch records (`EventKind::OffCpu`; the perf sources'
+    /// `sched:sched_switch`). 0 switches it off.
+    pub spinner_share: f64,
+    /// The share of a spinner's switches away from the CPU that were preemptions.
+    pub spinner_preempted: f64,
 }
 
 impl Default for Params {
@@ -168,6 +178,8 @@ impl Default for Params {
             stall_min_calls: 20,
             burner_share: 0.5,
             burner_rise: 3.0,
+            spinner_share: 0.05,
+            spinner_preempted: 0.9,
         }
     }
 }
@@ -326,6 +338,14 @@ impl Params {
                 "burner_rise",
                 format!("must be in [1, 1000], got {}", self.burner_rise),
             ));
+        }
+        for (key, v) in [
+            ("spinner_share", self.spinner_share),
+            ("spinner_preempted", self.spinner_preempted),
+        ] {
+            if !(v.is_finite() && (0.0..=1.0).contains(&v)) {
+                return Err(err(key, format!("must be in [0, 1], got {v}")));
+            }
         }
         if !(self.min_persistence.is_finite() && (0.0..=1.0).contains(&self.min_persistence)) {
             return Err(err(

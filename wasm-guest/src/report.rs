@@ -173,6 +173,9 @@ pub struct EngineCounters {
     /// On-CPU records (`EventKind::OnCpu`) taken into the threads' CPU time.
     #[serde(default)]
     pub cpu_records: u64,
+    /// Switch-off-CPU records (`EventKind::OffCpu`) taken into the threads' CPU time.
+    #[serde(default)]
+    pub switch_records: u64,
 }
 
 /// One diagnosis of one target over one window.

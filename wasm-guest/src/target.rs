@@ -56,6 +56,8 @@ const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
 /// Persistence spans before the onset a CPU burner's earlier share is the lowest of (15 s
 /// by default: a runaway that began up to 12 s before the onset still shows its rise).
 const BURNER_BEFORE: u64 = 5;
+/// Preemptions a second a spinner needs after the onset (see [`BurnerTest::spins`]).
+const SPINNER_MIN_PREEMPTIONS_PER_SECOND: f64 = 2.0;
 
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
@@ -375,7 +377,7 @@ impl Target {
             return;
         };
         let key = match ev.kind {
-            EventKind::Enter | EventKind::OnCpu => return,
+            EventKind::Enter | EventKind::OnCpu | EventKind::OffCpu => return,
             EventKind::Complete => ev.syscall.0,
             EventKind::Exit => match th.pairer.pending {
                 Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
@@ -451,7 +453,7 @@ impl Target {
             return;
         };
         th.last_seen_ns = th.last_seen_ns.max(ev.ts_ns);
-        if ev.kind == EventKind::OnCpu {
+        if ev.is_scheduling() {
             add_cpu_time(th, ev, self.d.bin_ns, c);
             return;
         }
@@ -1142,9 +1144,15 @@ impl Target {
     /// before it. The lowest, because a runaway that began before a late onset (continuous
     /// mode detects it seconds after the fault) has already raised the span just before.
     fn cpu_burners(&self, t0: u64, seen: u64) -> Vec<Burner> {
+        let secs = self.params.persistence_seconds;
         let test = BurnerTest {
             share: self.params.burner_share,
             rise: self.params.burner_rise,
+            spin_share: self.params.spinner_share,
+            spin_preempted: self.params.spinner_preempted,
+            // A spinner sharing its CPU is preempted at every slice (tens a second); 2 a
+            // second keeps a thread preempted once or twice out of the test.
+            spin_min_preemptions: (SPINNER_MIN_PREEMPTIONS_PER_SECOND * secs).ceil() as u64,
         };
         if test.share <= 0.0 {
             return Vec::new();
@@ -1166,10 +1174,14 @@ impl Target {
                     })
                     .fold(None, |m: Option<f64>, s| Some(m.map_or(s, |m| m.min(s))))
                     .unwrap_or(0.0);
-                test.burns(before, after).then_some(Burner {
+                let switches = cpu.switches(first_after, last_after);
+                let burns = test.burns(before, after) || test.spins(before, after, switches);
+                burns.then_some(Burner {
                     tid: t.tid,
                     share_before: before,
                     share_after: after,
+                    preempted_share: (switches.preempted + switches.blocked > 0)
+                        .then(|| switches.preempted_share()),
                 })
             })
             .collect()
@@ -1329,10 +1341,14 @@ impl Target {
 /// stays as small as it was.
 #[inline(never)]
 fn add_cpu_time(th: &mut Thread, ev: &SyscallEvent, bin_ns: u64, c: &mut EngineCounters) {
-    c.cpu_records += 1;
-    th.cpu
-        .get_or_insert_with(Box::default)
-        .add(ev.ts_ns, ev.duration_ns, bin_ns);
+    let cpu = th.cpu.get_or_insert_with(Box::default);
+    if ev.kind == EventKind::OffCpu {
+        c.switch_records += 1;
+        cpu.switch(ev.ts_ns, ev.ret.is_some_and(|r| r != 0), bin_ns);
+    } else {
+        c.cpu_records += 1;
+        cpu.add(ev.ts_ns, ev.duration_ns, bin_ns);
+    }
 }
 
 fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {

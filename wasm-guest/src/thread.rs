@@ -505,12 +505,12 @@ pub const RING_BINS: u64 = 256;
 
 /// Moves a ring whose newest bin is `latest` to `bin` when that is newer, zeroing the bins
 /// it skips; false when `bin` is older than the ring still holds.
-pub fn ring_seek(slots: &mut [u16; 256], latest: &mut u64, bin: u64) -> bool {
+pub fn ring_seek<T: Copy + Default>(slots: &mut [T; 256], latest: &mut u64, bin: u64) -> bool {
     if bin > *latest {
         let clear = (bin - *latest).min(RING_BINS);
         for i in 0..clear {
             if let Some(c) = slots.get_mut(((bin - i) % RING_BINS) as usize) {
-                *c = 0;
+                *c = T::default();
             }
         }
         *latest = bin;

@@ -961,3 +961,57 @@ fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
         assert!(r.cpu_burners.is_empty());
     }
 }
+
+/// The global slowdown with scheduler records of both kinds: every thread runs 1 % of
+/// each 4-ms tick and then blocks; from the fault on, threads `0..risers` run 15 % of it
+/// and leave the CPU preempted when `preempted` (spinners sharing a CPU), blocked when
+/// not (threads paging under memory thrashing, which also run more).
+fn shared_cpu_stream(risers: u32, preempted: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+    let s = global_slowdown_spec();
+    let mut events: Vec<SyscallEvent> = generate(&s).collect();
+    let (tick, fault) = (4_000_000u64, fault_start_ns(&s));
+    let end = s.start_ns + (s.seconds * 1e9) as u64;
+    for i in 0..s.threads {
+        let tid = s.pid + i;
+        let mut at = s.start_ns + tick * (1 + u64::from(i) % 7);
+        while at < end {
+            let rose = i < risers && at >= fault;
+            let run = if rose { tick * 15 / 100 } else { tick / 100 };
+            events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+            events.push(SyscallEvent::off_cpu(s.pid, tid, at, rose && preempted));
+            at += tick;
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    (s, events)
+}
+
+/// A runaway split over more threads than CPUs gives each only a part of one (under
+/// `burner_share`), but those threads never block: they are burners by their switches
+/// away. Threads that run as much more but block (paging) leave the verdict external.
+#[test]
+fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
+    let (s, events) = shared_cpu_stream(3, true);
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(
+        (r.verdict, r.decided_by),
+        (Verdict::Internal, DecisionPath::CpuBurner),
+        "{r:#?}"
+    );
+    let mut tids: Vec<u32> = r.cpu_burners.iter().map(|b| b.tid).collect();
+    tids.sort_unstable();
+    assert_eq!(tids, vec![s.pid, s.pid + 1, s.pid + 2], "{r:#?}");
+    for b in &r.cpu_burners {
+        assert!(b.share_after > 0.1 && b.share_after < 0.5, "{b:?}");
+        // The fault's first bin holds a few blocking switches from before it.
+        assert!(b.preempted_share.is_some_and(|p| p > 0.9), "{b:?}");
+    }
+    assert!(r.counters.switch_records > 0);
+
+    let (s, events) = shared_cpu_stream(3, false);
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    assert!(r.cpu_burners.is_empty(), "{r:#?}");
+}

@@ -6,7 +6,8 @@ import subprocess
 
 from .env import sh
 
-EVENTS = ["-e", "raw_syscalls:sys_enter", "-e", "raw_syscalls:sys_exit", "-e", "sched:sched_stat_runtime"]
+EVENTS = ["-e", "raw_syscalls:sys_enter", "-e", "raw_syscalls:sys_exit", "-e", "sched:sched_stat_runtime",
+          "-e", "sched:sched_switch"]
 # 4 MiB per CPU: perf's default buffer silently lost ~60 % of the events on this machine.
 MMAP_PAGES = "1024"
 

@@ -75,9 +75,10 @@ pub struct PerfSourceConfig {
     pub cgroup: Option<String>,
     /// Start and trace this command (argv), instead of attaching.
     pub command: Vec<String>,
-    /// Also record each thread's CPU time (`sched:sched_stat_runtime`, when the kernel has
-    /// it): a thread of the service burning a CPU then makes the verdict internal (see the
-    /// engine's `burner_share`). On by default.
+    /// Also record each thread's CPU time and switches away from the CPU
+    /// (`sched:sched_stat_runtime`, `sched:sched_switch`, when the kernel has them): a
+    /// thread of the service burning a CPU then makes the verdict internal (see the
+    /// engine's `burner_share`, `spinner_share`). On by default.
     pub cpu_time: bool,
 }
 

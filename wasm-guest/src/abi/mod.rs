@@ -22,7 +22,8 @@ mod exports;
 /// Version of the export list and its semantics; the host refuses a guest with another.
 /// Bump on any incompatible change to an export's signature or meaning.
 /// 2: record kind 3 (on-CPU time) in event batches.
-pub const ABI_VERSION: u32 = 2;
+/// 3: record kind 4 (a switch off the CPU) in event batches.
+pub const ABI_VERSION: u32 = 3;
 
 /// What every `fl_*` call that can fail returns.
 ///

@@ -45,22 +45,24 @@ const EVENTS: [&str; 4] = [
     "raw_syscalls:sys_exit",
 ];
 
-/// The scheduler's account of each traced thread's CPU time (see
-/// `faultline_engine::cpu_time`): tells a thread burning a CPU from one waiting for it.
-const CPU_TIME_EVENT: [&str; 2] = ["-e", "sched:sched_stat_runtime"];
+/// The scheduler's account of each traced thread's CPU time and of how it leaves the CPU
+/// (see `faultline_engine::cpu_time`): tells a thread burning a CPU from one waiting for
+/// it, and a spinner from a thread that pages.
+const SCHED_EVENTS: [&str; 2] = ["sched:sched_stat_runtime", "sched:sched_switch"];
 
-/// Where tracefs lists the scheduler tracepoint (perf resolves tracepoints there too).
-const CPU_TIME_TRACEPOINT: [&str; 2] = [
-    "/sys/kernel/tracing/events/sched/sched_stat_runtime",
-    "/sys/kernel/debug/tracing/events/sched/sched_stat_runtime",
+/// Where tracefs lists tracepoints (perf resolves them there too).
+const TRACEFS: [&str; 2] = [
+    "/sys/kernel/tracing/events",
+    "/sys/kernel/debug/tracing/events",
 ];
 
-/// Whether this kernel has `sched:sched_stat_runtime`: `perf record` refuses to start on
+/// Whether this kernel has the tracepoint `group:name`: `perf record` refuses to start on
 /// an unknown event, and the syscall trace is worth having without it.
-fn cpu_time_available() -> bool {
-    CPU_TIME_TRACEPOINT
+fn tracepoint_available(event: &str) -> bool {
+    let path = event.replace(':', "/");
+    TRACEFS
         .iter()
-        .any(|p| std::path::Path::new(p).exists())
+        .any(|root| std::path::Path::new(root).join(&path).exists())
 }
 
 fn target_args(cmd: &mut Command, target: &PerfTarget) -> Result<(), SourceError> {
@@ -96,9 +98,10 @@ pub struct RecordOptions {
     /// Ring-buffer pages per CPU (a power of two): smaller saves memory on quiet targets,
     /// larger loses fewer events on busy ones.
     pub mmap_pages: u32,
-    /// Also record `sched:sched_stat_runtime` when the kernel has it (4–14 % more records
-    /// on the project's servers): each thread's CPU time, which tells a runaway thread from
-    /// a CPU-starved one.
+    /// Also record `sched:sched_stat_runtime` and `sched:sched_switch` when the kernel has
+    /// them (more records: measured in the engine's `EVALUATION.md`): each thread's CPU
+    /// time and how it leaves the CPU, which tell a runaway thread from a CPU-starved one
+    /// and a spinner from a thread that pages.
     pub cpu_time: bool,
 }
 
@@ -126,10 +129,14 @@ pub fn record_command_with(
         .arg("-q")
         .args(["-m", &opts.mmap_pages.to_string()])
         .args(EVENTS);
-    if opts.cpu_time && cpu_time_available() {
-        cmd.args(CPU_TIME_EVENT);
-    } else if opts.cpu_time {
-        tracing::info!("sched:sched_stat_runtime is not available: CPU-burner detection is off");
+    if opts.cpu_time {
+        for event in SCHED_EVENTS {
+            if tracepoint_available(event) {
+                cmd.args(["-e", event]);
+            } else {
+                tracing::info!("{event} is not available: CPU-burner detection is partly off");
+            }
+        }
     }
     cmd.args(["-k", "CLOCK_MONOTONIC", "-o", "-"]);
     target_args(&mut cmd, target)?;
@@ -252,17 +259,22 @@ mod tests {
         };
         let a = args(&record_command_with(&PerfTarget::SystemWide, opts).unwrap());
         assert!(a.windows(2).any(|w| w == ["-m", "8"]));
-        // The scheduler's CPU time rides along when asked for and the kernel has it.
-        assert_eq!(
-            a.windows(2).any(|w| w == CPU_TIME_EVENT),
-            cpu_time_available()
-        );
+        // The scheduler's records ride along when asked for and the kernel has them.
+        for event in SCHED_EVENTS {
+            assert_eq!(
+                a.windows(2).any(|w| w == ["-e", event]),
+                tracepoint_available(event),
+                "{event}"
+            );
+        }
         let off = RecordOptions {
             cpu_time: false,
             ..opts
         };
         let a = args(&record_command_with(&PerfTarget::SystemWide, off).unwrap());
-        assert!(!a.windows(2).any(|w| w == CPU_TIME_EVENT));
+        assert!(!SCHED_EVENTS
+            .iter()
+            .any(|e| a.windows(2).any(|w| w == ["-e", *e])));
     }
 
     /// Lost-event records are what `kernel_lost` counts: the decoder must be asked for them.

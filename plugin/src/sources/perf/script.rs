@@ -200,6 +200,12 @@ impl LineSink<'_> {
                     SyscallEvent::on_cpu(r.pid.unwrap_or(r.tid), r.tid, r.ts_ns, r.runtime_ns);
                 self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
             }
+            Parsed::OffCpu(r) => {
+                *self.samples += 1;
+                let event =
+                    SyscallEvent::off_cpu(r.pid.unwrap_or(r.tid), r.tid, r.ts_ns, r.preempted);
+                self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
+            }
             Parsed::Skip => {}
             Parsed::Lost(n) => self.lost.lost(self.stats, n),
             Parsed::Malformed => {

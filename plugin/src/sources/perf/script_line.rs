@@ -13,6 +13,7 @@
 //! and, for the scheduler's account of CPU time (see `faultline_engine::cpu_time`):
 //! ```text
 //! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: sched:sched_stat_runtime: comm=<c> pid=<tid> runtime=<ns> [ns]
+//! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: sched:sched_switch: prev_comm=<c> prev_pid=<tid> prev_prio=<p> prev_state=<S> ==> next_comm=<c> next_pid=<t> next_prio=<p>
 //! ```
 //! `comm` may contain spaces and digits; `[cpu]` and `pid/` are optional; the fraction has
 //! 9 digits with `--ns`, 6 without.
@@ -55,12 +56,25 @@ pub struct RunLine<'a> {
     pub runtime_ns: u64,
 }
 
+/// A decoded `sched:sched_switch` line: the thread left its CPU at `ts_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwitchLine<'a> {
+    pub comm: &'a [u8],
+    pub pid: Option<u32>,
+    pub tid: u32,
+    pub ts_ns: u64,
+    /// It left still runnable (`prev_state=R` or `R+`): preempted, not blocked.
+    pub preempted: bool,
+}
+
 /// What a line turned out to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
     Syscall(ScriptLine<'a>),
     /// The scheduler's account of a thread's time on a CPU.
     OnCpu(RunLine<'a>),
+    /// A thread switched away from its CPU.
+    OffCpu(SwitchLine<'a>),
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
     /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
@@ -75,6 +89,7 @@ pub enum Parsed<'a> {
 const RAW_MARK: &[u8] = b" raw_syscalls:sys_";
 const NAMED_MARK: &[u8] = b" syscalls:sys_";
 const RUNTIME_MARK: &[u8] = b" sched:sched_stat_runtime:";
+const SWITCH_MARK: &[u8] = b" sched:sched_switch:";
 /// Also the prefix of `PERF_RECORD_LOST_SAMPLES`, which has the same `lost <n>` tail.
 const LOST_MARK: &[u8] = b"PERF_RECORD_LOST";
 
@@ -117,6 +132,10 @@ impl LineParser {
         if let Some(at) = memmem::find(line, RUNTIME_MARK) {
             let (head, rest) = split_at(line, at, RUNTIME_MARK.len());
             return parse_runtime(head, rest).map_or(Parsed::Malformed, Parsed::OnCpu);
+        }
+        if let Some(at) = memmem::find(line, SWITCH_MARK) {
+            let (head, rest) = split_at(line, at, SWITCH_MARK.len());
+            return parse_switch(head, rest).map_or(Parsed::Malformed, Parsed::OffCpu);
         }
         if let Some(at) = memmem::find(line, LOST_MARK) {
             let rest = line.get(at + LOST_MARK.len()..).unwrap_or_default();
@@ -222,6 +241,36 @@ fn parse_runtime<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<RunLine<'a>> {
         tid: h.tid,
         ts_ns: h.ts_ns,
         runtime_ns,
+    })
+}
+
+/// `sched:sched_switch:` rest: `prev_comm=<c> prev_pid=<tid> prev_prio=<p>
+/// prev_state=<S> ==> next_comm=…`. The header names the thread switched away (the
+/// tracepoint fires in its context), so only the state is read: `R` (or `R+`, preempted
+/// by the kernel) means it was still runnable; anything else (`S`, `D`, `I`, …) that it
+/// blocked or stopped.
+fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
+    let h = parse_header(head)?;
+    // The state follows `prev_prio=`, past anything a `prev_comm` may hold but before
+    // `next_comm`.
+    let prio = memmem::find(rest, b" prev_prio=")?;
+    let tail = rest.get(prio..)?;
+    let at = memmem::find(tail, b" prev_state=")?;
+    let state = tail.get(at + b" prev_state=".len()..)?;
+    let end = state
+        .iter()
+        .position(|c| c.is_ascii_whitespace())
+        .unwrap_or(state.len());
+    let state = state.get(..end)?;
+    if state.is_empty() {
+        return None;
+    }
+    Some(SwitchLine {
+        comm: h.comm,
+        pid: h.pid,
+        tid: h.tid,
+        ts_ns: h.ts_ns,
+        preempted: state == b"R" || state == b"R+",
     })
 }
 
@@ -470,6 +519,37 @@ mod tests {
             p.parse(b"x 1/2 3.4: sched:sched_stat_runtime: comm=a pid=2"),
             Parsed::Malformed
         );
+    }
+
+    /// Shapes printed by perf 6.1 on kernel 6.18 (`-F comm,pid,tid,cpu,time,event,trace`).
+    #[test]
+    fn scheduler_switch_records() {
+        let p = LineParser::new();
+        fn switch<'a>(p: &LineParser, line: &'a str) -> SwitchLine<'a> {
+            match p.parse(line.as_bytes()) {
+                Parsed::OffCpu(r) => r,
+                other => panic!("{line:?} gave {other:?}"),
+            }
+        }
+        let r = switch(&p, "              sh  2898/2898  [000]   599.819027829:       sched:sched_switch: prev_comm=sh prev_pid=2898 prev_prio=120 prev_state=R ==> next_comm=apt-get next_pid=1935 next_prio=120\n");
+        assert_eq!((r.pid, r.tid, r.ts_ns), (Some(2898), 2898, 599_819_027_829));
+        assert!(r.preempted);
+        let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=R+ ==> next_comm=y next_pid=3 next_prio=120");
+        assert!(r.preempted);
+        for blocked in ["S", "D", "I", "D|K", "T"] {
+            let line = format!("x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state={blocked} ==> next_comm=y next_pid=3 next_prio=120");
+            assert!(!switch(&p, &line).preempted, "{blocked}");
+        }
+        // A comm holding the field names cannot fool the parse.
+        let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=a prev_state=R prev_pid=2 prev_prio=120 prev_state=S ==> next_comm=b prev_state=R next_pid=3 next_prio=120");
+        assert!(!r.preempted);
+        for bad in [
+            "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state= ==> next_comm=y",
+            "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2",
+            "x 1/2 3.4: sched:sched_switch:",
+        ] {
+            assert_eq!(p.parse(bad.as_bytes()), Parsed::Malformed, "{bad}");
+        }
     }
 
     /// Shapes printed by perf 6.1 `perf script --show-lost-events` on an overrun buffer.
