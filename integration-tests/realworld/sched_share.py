@@ -32,9 +32,11 @@ def records(trace):
     unpack = ["zstd", "-dc", trace] if trace.endswith(".zst") else ["cat", trace]
     with subprocess.Popen(unpack, stdout=subprocess.PIPE, text=True, errors="replace") as p:
         for line in p.stdout:
-            if " sched:sched_" not in line:
+            at = line.find(" sched:sched_")
+            if at < 0:
                 continue
-            head, _, rest = line.partition(": sched:sched_")
+            # perf pads the event column: `<time>:       sched:sched_switch: …`.
+            head, rest = line[:at], line[at + len(" sched:sched_"):]
             parts = head.split()
             try:
                 tid = int(parts[1].split("/")[-1])

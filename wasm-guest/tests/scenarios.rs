@@ -911,17 +911,26 @@ fn a_waiter_woken_between_two_waits_is_still_seen_stopped() {
 /// thread runs 5 % of the time, and thread `burner` (if any) runs 95 % from the fault on
 /// (from the start when `always`): a runaway loop in one thread slows all the others.
 fn runaway_stream(burner: Option<u32>, always: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+    with_scheduler_records(|s, tid, at, tick, events| {
+        let burns = Some(tid - s.pid) == burner && (always || at >= fault_start_ns(s));
+        let run = if burns { tick * 95 / 100 } else { tick / 20 };
+        events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+    })
+}
+
+/// The global slowdown with scheduler records added by `tick_records(spec, tid, at, tick,
+/// events)` at every 4-ms tick of every thread.
+fn with_scheduler_records(
+    tick_records: impl Fn(&StreamSpec, u32, u64, u64, &mut Vec<SyscallEvent>),
+) -> (StreamSpec, Vec<SyscallEvent>) {
     let s = global_slowdown_spec();
     let mut events: Vec<SyscallEvent> = generate(&s).collect();
-    let (tick, fault) = (4_000_000u64, fault_start_ns(&s));
+    let tick = 4_000_000u64;
     let end = s.start_ns + (s.seconds * 1e9) as u64;
     for i in 0..s.threads {
-        let tid = s.pid + i;
         let mut at = s.start_ns + tick * (1 + u64::from(i) % 7);
         while at < end {
-            let burns = Some(i) == burner && (always || at >= fault);
-            let run = if burns { tick * 95 / 100 } else { tick / 20 };
-            events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+            tick_records(&s, s.pid + i, at, tick, &mut events);
             at += tick;
         }
     }
@@ -967,23 +976,12 @@ fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
 /// and leave the CPU preempted when `preempted` (spinners sharing a CPU), blocked when
 /// not (threads paging under memory thrashing, which also run more).
 fn shared_cpu_stream(risers: u32, preempted: bool) -> (StreamSpec, Vec<SyscallEvent>) {
-    let s = global_slowdown_spec();
-    let mut events: Vec<SyscallEvent> = generate(&s).collect();
-    let (tick, fault) = (4_000_000u64, fault_start_ns(&s));
-    let end = s.start_ns + (s.seconds * 1e9) as u64;
-    for i in 0..s.threads {
-        let tid = s.pid + i;
-        let mut at = s.start_ns + tick * (1 + u64::from(i) % 7);
-        while at < end {
-            let rose = i < risers && at >= fault;
-            let run = if rose { tick * 15 / 100 } else { tick / 100 };
-            events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
-            events.push(SyscallEvent::off_cpu(s.pid, tid, at, rose && preempted));
-            at += tick;
-        }
-    }
-    events.sort_by_key(|e| e.ts_ns);
-    (s, events)
+    with_scheduler_records(|s, tid, at, tick, events| {
+        let rose = tid - s.pid < risers && at >= fault_start_ns(s);
+        let run = if rose { tick * 15 / 100 } else { tick / 100 };
+        events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+        events.push(SyscallEvent::off_cpu(s.pid, tid, at, rose && preempted));
+    })
 }
 
 /// A runaway split over more threads than CPUs gives each only a part of one (under
