@@ -91,7 +91,8 @@ def write_results(path, rows, truths, args, versions, otlp):
         "",
         "A case counts when the fault visibly hurt the client (p99 ×2, throughput −20 %, or hung requests): "
         "column *hurt*; the others are listed but excluded from the accuracy. Traces are perf `raw_syscalls` "
-        "enter/exit records of every server thread, decoded with `perf script` (not committed: they are large).",
+        "enter/exit records of every server thread with the scheduler's `sched_stat_runtime` and `sched_switch` "
+        "records, decoded with `perf script` (not committed: they are large).",
         "",
     ]
     for mode in ("continuous", "on_demand", "alarm_only", "calibrated"):
