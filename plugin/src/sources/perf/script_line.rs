@@ -475,7 +475,7 @@ mod tests {
     fn other_events_skip_and_garbage_is_malformed() {
         let p = LineParser::new();
         assert_eq!(
-            p.parse(b"  sshd 5/5 [000] 1.5: sched:sched_switch: prev_comm=x"),
+            p.parse(b"  sshd 5/5 [000] 1.5: sched:sched_wakeup: comm=x pid=6"),
             Parsed::Skip
         );
         assert_eq!(p.parse(b""), Parsed::Skip);
