@@ -225,6 +225,15 @@ fn invalid_values_name_the_key_and_the_reason() {
 
     let e = err_of("pipeline:\n  idle_seconds: 0\n", ConfigFormat::Yaml);
     assert!(e.starts_with("pipeline.idle_seconds: "), "{e}");
+
+    // A wait the HTTP answer could not outlast, and a negative one.
+    for bad in ["25", "-1"] {
+        let e = err_of(
+            &format!("pipeline:\n  trigger_wait_seconds: {bad}\n"),
+            ConfigFormat::Yaml,
+        );
+        assert!(e.starts_with("pipeline.trigger_wait_seconds: "), "{e}");
+    }
 }
 
 #[test]

@@ -21,6 +21,9 @@ pub struct PipelineConfig {
     pub idle_seconds: f64,
     /// On SIGTERM, how long to wait for the queue to drain and the engine to finish.
     pub shutdown_timeout_seconds: f64,
+    /// How long (wall clock) an on-demand trigger waits for its target's events to reach
+    /// the alarm time, since live sources deliver seconds late; 0 answers at once.
+    pub trigger_wait_seconds: f64,
 }
 
 impl Default for PipelineConfig {
@@ -29,6 +32,7 @@ impl Default for PipelineConfig {
             queue_capacity: 256,
             idle_seconds: 5.0,
             shutdown_timeout_seconds: 10.0,
+            trigger_wait_seconds: 10.0,
         }
     }
 }

@@ -80,6 +80,19 @@ fn pipeline(cfg: &Config) -> Result<(), ConfigError> {
         "pipeline.shutdown_timeout_seconds",
         p.shutdown_timeout_seconds,
     )?;
+    // The HTTP handler gives the engine 30 s to answer a trigger; leave room for the
+    // evaluation itself after the wait.
+    let max_wait = crate::sinks::http::TRIGGER_TIMEOUT.as_secs_f64() - 10.0;
+    if !(p.trigger_wait_seconds.is_finite() && (0.0..=max_wait).contains(&p.trigger_wait_seconds)) {
+        return Err(ConfigError::invalid(
+            "pipeline.trigger_wait_seconds",
+            format!(
+                "must be between 0 and {max_wait} seconds (POST /trigger answers within {} s), got {}",
+                crate::sinks::http::TRIGGER_TIMEOUT.as_secs(),
+                p.trigger_wait_seconds
+            ),
+        ));
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The engine's own thread: the engine host is synchronous (and a WASM call can take a
 //! while), so it runs on a dedicated OS thread that waits on the async queue through the
 //! runtime handle, routes each batch to its target, and fans reports out to the sinks.
+//! On-demand triggers ahead of their target's data wait for it ([`super::trigger_wait`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,12 +9,13 @@ use std::time::{Duration, Instant};
 
 use faultline_engine::{Params, Report};
 use tokio::runtime::Handle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::queue::BatchReceiver;
 use super::report_sink::ReportSink;
 use super::router::Router;
 use super::telemetry::Telemetry;
+use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
 use crate::engine_host::{EngineHost, HostError};
 use crate::model::EventBatch;
 
@@ -24,10 +26,11 @@ const COUNTERS_EVERY: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub enum EngineCommand {
     /// On-demand diagnosis: an external alarm says `target` became slow at `at_ns`.
+    /// Answered once the target's events reach `at_ns`, or after the trigger wait.
     Trigger {
         target: String,
         at_ns: u64,
-        reply: oneshot::Sender<Result<Option<Report>, String>>,
+        reply: TriggerReply,
     },
 }
 
@@ -51,6 +54,7 @@ pub struct EngineTask {
     alive: Arc<AtomicBool>,
     summary: EngineTaskSummary,
     counters_fetched: Option<Instant>,
+    triggers: TriggerWait,
 }
 
 enum Wake {
@@ -60,7 +64,8 @@ enum Wake {
 }
 
 impl EngineTask {
-    /// An engine task; `target_params` are applied before the first batch.
+    /// An engine task; `target_params` are applied before the first batch. On-demand
+    /// triggers ahead of their target's data wait up to `trigger_wait` for it.
     pub fn new(
         mut engine: Box<dyn EngineHost>,
         router: Router,
@@ -68,6 +73,7 @@ impl EngineTask {
         sinks: Vec<Box<dyn ReportSink>>,
         telemetry: Arc<Telemetry>,
         idle: Duration,
+        trigger_wait: Duration,
     ) -> Result<Self, HostError> {
         for (name, p) in target_params {
             engine.set_target_params(&name, p)?;
@@ -81,6 +87,7 @@ impl EngineTask {
             alive: Arc::new(AtomicBool::new(true)),
             summary: EngineTaskSummary::default(),
             counters_fetched: None,
+            triggers: TriggerWait::new(trigger_wait),
         })
     }
 
@@ -101,7 +108,10 @@ impl EngineTask {
         let _alive = AliveGuard(self.alive.clone());
         let mut commands_open = true;
         loop {
-            let idle = self.idle;
+            // Sleep no longer than the earliest parked trigger may wait.
+            let idle = self.triggers.next_deadline().map_or(self.idle, |d| {
+                self.idle.min(d.saturating_duration_since(Instant::now()))
+            });
             let wake = handle.block_on(async {
                 tokio::select! {
                     // Data first: a trigger should see every event queued before it.
@@ -116,8 +126,15 @@ impl EngineTask {
                 Wake::Batch(None) => break,
                 Wake::Command(Some(c)) => self.command(c),
                 Wake::Command(None) => commands_open = false,
-                Wake::Idle => self.on_idle(),
+                Wake::Idle => {
+                    self.answer_due();
+                    self.on_idle();
+                }
             }
+        }
+        // No more data will come: parked triggers get what there is.
+        for w in self.triggers.drain() {
+            self.answer(w);
         }
         self.shutdown();
         self.summary
@@ -144,6 +161,10 @@ impl EngineTask {
             Ok(reports) => self.publish(&reports),
             Err(e) => self.engine_error(&e),
         }
+        self.triggers.observe(&target, &batch.events);
+        if !self.triggers.is_empty() {
+            self.answer_due();
+        }
     }
 
     fn command(&mut self, c: EngineCommand) {
@@ -153,25 +174,38 @@ impl EngineTask {
                 at_ns,
                 reply,
             } => {
-                let started = Instant::now();
-                let result = self.engine.trigger(&target, at_ns);
-                self.observe(started);
-                let answer = match result {
-                    Ok(r) => {
-                        if let Some(r) = &r {
-                            self.publish(std::slice::from_ref(r));
-                        }
-                        Ok(r)
-                    }
-                    Err(e) => {
-                        self.engine_error(&e);
-                        Err(e.to_string())
-                    }
-                };
-                // The HTTP client may have gone away; the report is published anyway.
-                let _ = reply.send(answer);
+                if let Some(w) = self.triggers.park(target, at_ns, reply, Instant::now()) {
+                    self.answer(w);
+                }
             }
         }
+    }
+
+    /// Answers the parked triggers whose data arrived or whose wait is over.
+    fn answer_due(&mut self) {
+        for w in self.triggers.take_due(Instant::now()) {
+            self.answer(w);
+        }
+    }
+
+    fn answer(&mut self, w: Waiting) {
+        let started = Instant::now();
+        let result = self.engine.trigger(&w.target, w.at_ns);
+        self.observe(started);
+        let answer = match result {
+            Ok(r) => {
+                if let Some(r) = &r {
+                    self.publish(std::slice::from_ref(r));
+                }
+                Ok(r)
+            }
+            Err(e) => {
+                self.engine_error(&e);
+                Err(e.to_string())
+            }
+        };
+        // The HTTP client may have gone away; the report is published anyway.
+        let _ = w.reply.send(answer);
     }
 
     /// No events for a while: the engine evaluates in event time only, so all we can do
@@ -272,5 +306,97 @@ struct AliveGuard(Arc<AtomicBool>);
 impl Drop for AliveGuard {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine_host::NativeHost;
+    use crate::model::ProcessInfo;
+    use crate::pipeline::queue;
+    use faultline_engine::syscalls::SyscallId;
+    use faultline_engine::SyscallEvent;
+    use tokio::sync::oneshot;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// One thread's `read`s every 10 ms over `[from_s, to_s)`.
+    fn batch(tid: u32, from_s: u64, to_s: u64) -> EventBatch {
+        let read = SyscallId::from_name("read");
+        let events = (from_s * 100..to_s * 100)
+            .map(|i| SyscallEvent::complete(7, tid, read, i * SECOND / 100, 20_000))
+            .collect();
+        EventBatch {
+            source: "perf",
+            process: ProcessInfo {
+                comm: Some("db".into()),
+                ..ProcessInfo::default()
+            },
+            events,
+        }
+    }
+
+    #[test]
+    fn a_trigger_ahead_of_the_data_is_answered_once_the_data_reaches_the_alarm() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let engine = Box::new(NativeHost::new(Params::default()).expect("engine"));
+        let task = EngineTask::new(
+            engine,
+            Router::new(&[], 4),
+            Vec::new(),
+            Vec::new(),
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        )
+        .expect("task");
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let handle = rt.handle().clone();
+        let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+
+        let early = batch(1, 0, 20);
+        let early_events = early.events.len() as u64;
+        rt.block_on(tx.send(early)).expect("queue open");
+        let (reply, mut answer) = oneshot::channel();
+        let at_ns = 25 * SECOND;
+        rt.block_on(cmd_tx.send(EngineCommand::Trigger {
+            target: "db".into(),
+            at_ns,
+            reply,
+        }))
+        .expect("command queue open");
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(
+            answer.try_recv().is_err(),
+            "answered before the data reached the alarm"
+        );
+
+        rt.block_on(tx.send(batch(2, 18, 30))).expect("queue open");
+        let report = rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), answer).await })
+            .expect("answered well before the wait ends")
+            .expect("reply sent")
+            .expect("no engine error")
+            .expect("a report for a known target");
+        // Evaluated at once, the window would end at the alarm (the data stopped short).
+        assert!(report.window_end_ns > at_ns, "{}", report.window_end_ns);
+        assert!(
+            report.events_analyzed > early_events,
+            "the report covers the late batch: {} events analysed, {early_events} before it",
+            report.events_analyzed
+        );
+        assert_eq!(report.threads.total, 2, "both threads are in the window");
+
+        drop(tx);
+        drop(cmd_tx);
+        let summary = thread.join().expect("engine thread");
+        assert_eq!(summary.batches, 2);
+        assert!(summary.reports >= 2, "the on-demand and the final report");
     }
 }

@@ -8,3 +8,4 @@ pub mod router;
 pub mod runner;
 pub mod source_tasks;
 pub mod telemetry;
+pub mod trigger_wait;

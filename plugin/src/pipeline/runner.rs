@@ -94,6 +94,7 @@ pub async fn run(
         sinks.list,
         telemetry.clone(),
         idle,
+        Duration::from_secs_f64(cfg.pipeline.trigger_wait_seconds),
     )
     .map_err(|e| RunError::Engine(e.to_string()))?;
     let engine_alive = task.alive_flag();

@@ -21,8 +21,9 @@ use super::prometheus::{PrometheusExporter, CONTENT_TYPE};
 use crate::pipeline::engine_task::EngineCommand;
 use crate::pipeline::latest::LatestReports;
 
-/// How long `/trigger` waits for the engine before answering 503 (it may be busy).
-const TRIGGER_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long `/trigger` waits for the engine before answering 503 (it may be busy, or
+/// waiting up to `[pipeline] trigger_wait_seconds` for the target's data).
+pub(crate) const TRIGGER_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
