@@ -48,17 +48,31 @@ fn drain(r: &mut dyn BatchReader) -> Result<Vec<EventBatch>, SourceError> {
 
 /// What babeltrace2's text says, counted with plain string handling (independent of the
 /// reader): syscall records per (half, name), split by whether a `sched_switch` had been
-/// seen on the record's CPU before it.
+/// seen on the record's CPU before it; and the scheduler records its switches make: one
+/// `off_cpu` per switch away from a thread (not the idle task 0), and one `on_cpu` when
+/// the CPU's previous switch had brought that same thread in (its run is then known).
 #[derive(Default, Debug)]
 struct Expected {
     after_switch: BTreeMap<(&'static str, SyscallId), u64>,
     before_switch: u64,
     all_records: u64,
+    switch_records: u64,
+}
+
+/// The number after `key = ` in a babeltrace2 line.
+fn field(line: &str, key: &str) -> Option<u64> {
+    line.split(&format!(" {key} = "))
+        .nth(1)?
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn expected(text: &str) -> Expected {
     let mut e = Expected::default();
     let mut switched: BTreeSet<String> = BTreeSet::new();
+    let mut running: BTreeMap<String, u64> = BTreeMap::new();
     for line in text.lines() {
         let mut words = line.split_whitespace();
         let (_ts, _host, event) = (words.next(), words.next(), words.next().unwrap());
@@ -72,6 +86,20 @@ fn expected(text: &str) -> Expected {
             .unwrap()
             .to_string();
         if event == "sched_switch" {
+            let prev = field(line, "prev_tid").unwrap();
+            let next = field(line, "next_tid").unwrap();
+            if prev != 0 {
+                e.switch_records += 1;
+                *e.after_switch
+                    .entry(("off_cpu", SyscallId::UNKNOWN))
+                    .or_insert(0) += 1;
+                if running.get(&cpu) == Some(&prev) {
+                    *e.after_switch
+                        .entry(("on_cpu", SyscallId::UNKNOWN))
+                        .or_insert(0) += 1;
+                }
+            }
+            running.insert(cpu.clone(), next);
             switched.insert(cpu);
             continue;
         }
@@ -171,15 +199,24 @@ fn check_trace(name: &str) -> Option<(Vec<EventBatch>, LttngCounters, Expected)>
     // The principled difference: records before their CPU's first sched_switch have no
     // known thread; they are dropped as no_target, nothing else is.
     assert_eq!(counters.no_thread, exp.before_switch, "{name}");
+    assert_eq!(counters.switch_records, exp.switch_records, "{name}");
     assert_eq!(stats.dropped(DropReason::NoTarget), exp.before_switch);
     assert_eq!(
         emitted(&batches),
         exp.after_switch,
         "{name}: per-syscall counts"
     );
+    // Received counts every event handed on: the routable syscall halves and the
+    // scheduler records.
+    let scheduling: u64 = exp
+        .after_switch
+        .iter()
+        .filter(|((h, _), _)| *h == "on_cpu" || *h == "off_cpu")
+        .map(|(_, n)| n)
+        .sum();
     assert_eq!(
         stats.received(),
-        exp.all_records - exp.before_switch,
+        exp.all_records - exp.before_switch + scheduling,
         "{name}"
     );
     eprintln!(

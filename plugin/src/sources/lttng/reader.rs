@@ -41,6 +41,9 @@ pub struct LttngCounters {
     pub no_thread: u64,
     /// Non-syscall events (scheduler, interrupts, memory, ...).
     pub other_events: u64,
+    /// `sched_switch` records away from a thread (not the idle task) turned into the
+    /// engine's scheduler records.
+    pub switch_records: u64,
 }
 
 /// Reads babeltrace2 text (from a file, or a running babeltrace2's stdout).
@@ -144,7 +147,11 @@ impl Decoder {
         let name = t.name(line);
         let Some(record) = classify(name) else {
             self.counters.other_events += 1;
-            track_state(&mut self.threads, t, line, name);
+            if name == b"sched_switch" {
+                self.switch(line);
+            } else {
+                track_state(&mut self.threads, t, line, name);
+            }
             return;
         };
         self.counters.syscall_records += 1;
@@ -199,26 +206,51 @@ impl Decoder {
             }
         };
 
-        let info = self.threads.get(tid);
-        let pid = ctx_pid.or(info.and_then(|i| i.pid)).unwrap_or(tid);
-        let thread_comm = ctx_comm
-            .or(info.map(|i| i.comm.as_slice()))
-            .unwrap_or_default();
-        // The process is named by its main thread when we know it.
-        let leader_comm = if pid == tid {
-            None
-        } else {
-            self.threads
-                .get(pid)
-                .map(|i| i.comm.as_slice())
-                .filter(|c| !c.is_empty())
-        };
-        let owner = Owner::Pid {
-            pid,
-            comm: leader_comm.unwrap_or(thread_comm),
-            leader: pid == tid || leader_comm.is_some(),
-        };
+        let (pid, owner) = owner_of(&self.threads, tid, ctx_pid, ctx_comm);
         self.batcher.push(owner, SyscallEvent { pid, ..event });
+    }
+
+    /// `sched_switch`: which thread runs on the CPU now and, for the thread that left,
+    /// the engine's scheduler records (as perf's `sched_stat_runtime` and `sched_switch`
+    /// give them): its run since it was switched in, exact from the two switches, and
+    /// whether it left runnable (preempted) or to sleep. They feed the CPU-burner rule.
+    fn switch(&mut self, line: &[u8]) {
+        let t = &self.text;
+        let u32_of = |key: &[u8]| {
+            t.payload(line, key)
+                .and_then(Value::uint)
+                .and_then(|v| u32::try_from(v).ok())
+        };
+        let cpu = t
+            .packet(line, b"cpu_id")
+            .and_then(Value::uint)
+            .and_then(|c| u32::try_from(c).ok());
+        let (Some(cpu), Some(next)) = (cpu, u32_of(b"next_tid")) else {
+            return;
+        };
+        let ts = t.ts_ns;
+        let next_comm = t.payload(line, b"next_comm").and_then(|v| v.str(line));
+        let before = self.threads.switch_in(cpu, next, next_comm, ts);
+        // Thread 0 is the CPU's idle task, not a thread of any target.
+        let Some(prev) = u32_of(b"prev_tid").filter(|&p| p != 0) else {
+            return;
+        };
+        let Some(state) = t.payload(line, b"prev_state").and_then(Value::uint) else {
+            return;
+        };
+        self.counters.switch_records += 1;
+        // TASK_RUNNING is 0, and a preemption is reported as a lone bit above the task
+        // states (TASK_STATE_MAX / TASK_REPORT_MAX): either way the low byte is 0. Any
+        // sleep sets a bit in it (interruptible 1, uninterruptible 2, ...).
+        let preempted = state & 0xff == 0;
+        let (pid, owner) = owner_of(&self.threads, prev, None, None);
+        if let Some(run) = before.filter(|r| r.tid == prev) {
+            let runtime = ts.saturating_sub(run.since_ns);
+            self.batcher
+                .push(owner, SyscallEvent::on_cpu(pid, prev, ts, runtime));
+        }
+        self.batcher
+            .push(owner, SyscallEvent::off_cpu(pid, prev, ts, preempted));
     }
 
     fn syscall_id(&self, name: &[u8], id: Option<Value>) -> SyscallId {
@@ -234,6 +266,36 @@ impl Decoder {
     }
 }
 
+/// The process of `tid` (from its context fields, else what fork and state-dump events
+/// told) and the batch owner its events go to: the process is named by its main thread
+/// when that is known, so every thread of `mariadbd` routes as `mariadbd`.
+fn owner_of<'a>(
+    threads: &'a Threads,
+    tid: u32,
+    ctx_pid: Option<u32>,
+    ctx_comm: Option<&'a [u8]>,
+) -> (u32, Owner<'a>) {
+    let info = threads.get(tid);
+    let pid = ctx_pid.or(info.and_then(|i| i.pid)).unwrap_or(tid);
+    let thread_comm = ctx_comm
+        .or(info.map(|i| i.comm.as_slice()))
+        .unwrap_or_default();
+    let leader_comm = if pid == tid {
+        None
+    } else {
+        threads
+            .get(pid)
+            .map(|i| i.comm.as_slice())
+            .filter(|c| !c.is_empty())
+    };
+    let owner = Owner::Pid {
+        pid,
+        comm: leader_comm.unwrap_or(thread_comm),
+        leader: pid == tid || leader_comm.is_some(),
+    };
+    (pid, owner)
+}
+
 fn name_to_id(name: &[u8]) -> SyscallId {
     std::str::from_utf8(name).map_or(SyscallId::UNKNOWN, SyscallId::from_name)
 }
@@ -247,15 +309,6 @@ fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
     };
     let str_of = |key: &[u8]| t.payload(line, key).and_then(|v| v.str(line));
     match name {
-        b"sched_switch" => {
-            let cpu = t
-                .packet(line, b"cpu_id")
-                .and_then(Value::uint)
-                .and_then(|c| u32::try_from(c).ok());
-            if let (Some(cpu), Some(next)) = (cpu, u32_of(b"next_tid")) {
-                threads.switch_in(cpu, next, str_of(b"next_comm"));
-            }
-        }
         b"sched_process_fork" => {
             if let Some(child) = u32_of(b"child_tid") {
                 threads.update(child, u32_of(b"child_pid"), str_of(b"child_comm"));
@@ -399,5 +452,58 @@ mod tests {
         assert_eq!(e[1].syscall, SyscallId::UNKNOWN);
         assert_eq!(e[1].kind, faultline_engine::EventKind::Exit);
         assert_eq!(batches[0].process.comm.as_deref(), Some("x"));
+    }
+
+    #[test]
+    fn switches_become_the_leaving_threads_runs_and_preemptions() {
+        use faultline_engine::EventKind;
+        let sw = |ts: &str, cpu: u32, prev: u32, state: u32, next: u32| {
+            format!(
+                "[{ts}] h sched_switch: {{ cpu_id = {cpu} }}, {{ prev_comm = \"db\", prev_tid = {prev}, prev_prio = 20, prev_state = {state}, next_comm = \"db\", next_tid = {next}, next_prio = 20 }}\n"
+            )
+        };
+        let fork = "[0.5] h sched_process_fork: { cpu_id = 1 }, { parent_comm = \"db\", parent_tid = 10, parent_pid = 10, child_comm = \"db\", child_tid = 11, child_pid = 10 }\n";
+        let text = [
+            fork.to_owned(),
+            // Thread 11 was on CPU 0 before the trace: its first run has no known start.
+            sw("1.000", 0, 11, 1, 0),
+            sw("1.100", 0, 0, 0, 11),
+            // Preempted on a 4.4 kernel (TASK_RUNNING | TASK_STATE_MAX) after 250 ms.
+            sw("1.350", 0, 11, 2048, 10),
+            // Thread 10 blocks (uninterruptible) after 50 ms; then 11 runs again, yields (0).
+            sw("1.400", 0, 10, 2, 11),
+            sw("1.410", 0, 11, 0, 0),
+            // A record whose leaving thread is not the one the CPU was running: no run.
+            sw("1.500", 0, 12, 256, 0),
+        ]
+        .concat();
+        let (batches, c, stats) = read_all(&text);
+        assert_eq!(stats.decode_errors(), 0);
+        assert_eq!(c.switch_records, 5, "the idle task's switches are skipped");
+        let events: Vec<_> = batches.iter().flat_map(|b| b.events.iter()).collect();
+        let runs: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::OnCpu)
+            .map(|e| (e.tid, e.ts_ns, e.duration_ns))
+            .collect();
+        assert_eq!(
+            runs,
+            vec![
+                (11, 1_350_000_000, 250_000_000),
+                (10, 1_400_000_000, 50_000_000),
+                (11, 1_410_000_000, 10_000_000),
+            ]
+        );
+        let offs: Vec<_> = events
+            .iter()
+            .filter(|e| e.kind == EventKind::OffCpu)
+            .map(|e| (e.tid, e.ret == Some(1)))
+            .collect();
+        assert_eq!(
+            offs,
+            vec![(11, false), (11, true), (10, false), (11, true), (12, true)]
+        );
+        // Routed to the process the fork named.
+        assert!(events.iter().filter(|e| e.tid != 12).all(|e| e.pid == 10));
     }
 }

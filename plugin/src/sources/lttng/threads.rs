@@ -19,10 +19,18 @@ pub struct ThreadInfo {
     pub comm: Vec<u8>,
 }
 
+/// The thread a CPU runs, since a `sched_switch` at `since_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Running {
+    pub tid: u32,
+    pub since_ns: u64,
+}
+
 /// Scheduler-derived thread state.
 #[derive(Debug, Default)]
 pub struct Threads {
-    on_cpu: Vec<Option<u32>>,
+    /// Per CPU: the thread switched in last, and when.
+    on_cpu: Vec<Option<Running>>,
     threads: HashMap<u32, ThreadInfo>,
     /// Threads not remembered because [`MAX_THREADS`] was reached.
     pub over_cap: u64,
@@ -31,7 +39,11 @@ pub struct Threads {
 impl Threads {
     /// The thread running on `cpu`, if a `sched_switch` on it has been seen.
     pub fn running(&self, cpu: u32) -> Option<u32> {
-        self.on_cpu.get(cpu as usize).copied().flatten()
+        self.on_cpu
+            .get(cpu as usize)
+            .copied()
+            .flatten()
+            .map(|r| r.tid)
     }
 
     /// What is known about `tid`.
@@ -39,21 +51,32 @@ impl Threads {
         self.threads.get(&tid)
     }
 
-    /// `sched_switch`: `next_tid` (named `next_comm`) now runs on `cpu`.
-    pub fn switch_in(&mut self, cpu: u32, next_tid: u32, next_comm: Option<&[u8]>) {
+    /// `sched_switch` at `ts_ns`: `next_tid` (named `next_comm`) now runs on `cpu`.
+    /// Returns the thread that ran there before and since when, if a switch showed it.
+    pub fn switch_in(
+        &mut self,
+        cpu: u32,
+        next_tid: u32,
+        next_comm: Option<&[u8]>,
+        ts_ns: u64,
+    ) -> Option<Running> {
         let cpu = cpu as usize;
         if cpu >= MAX_CPUS {
-            return;
+            return None;
         }
         if self.on_cpu.len() <= cpu {
             self.on_cpu.resize(cpu + 1, None);
         }
-        if let Some(slot) = self.on_cpu.get_mut(cpu) {
-            *slot = Some(next_tid);
-        }
+        let before = self.on_cpu.get_mut(cpu).and_then(|slot| {
+            slot.replace(Running {
+                tid: next_tid,
+                since_ns: ts_ns,
+            })
+        });
         if let Some(comm) = next_comm {
             self.update(next_tid, None, Some(comm));
         }
+        before
     }
 
     /// A fork, state dump or context field told us `tid`'s process and/or name.
@@ -92,9 +115,16 @@ mod tests {
     fn switch_tracks_cpu_and_name_while_fork_gives_pid() {
         let mut t = Threads::default();
         assert_eq!(t.running(3), None);
-        t.switch_in(3, 42, Some(b"worker"));
+        assert_eq!(t.switch_in(3, 42, Some(b"worker"), 100), None);
         t.update(42, Some(40), None);
         assert_eq!(t.running(3), Some(42));
+        assert_eq!(
+            t.switch_in(3, 0, None, 250),
+            Some(Running {
+                tid: 42,
+                since_ns: 100
+            })
+        );
         assert_eq!(
             t.get(42),
             Some(&ThreadInfo {
@@ -109,7 +139,7 @@ mod tests {
     #[test]
     fn absurd_cpu_ids_are_ignored() {
         let mut t = Threads::default();
-        t.switch_in(u32::MAX, 1, None);
+        assert_eq!(t.switch_in(u32::MAX, 1, None, 0), None);
         assert_eq!(t.running(u32::MAX), None);
     }
 }
