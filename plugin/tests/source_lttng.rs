@@ -49,8 +49,9 @@ fn drain(r: &mut dyn BatchReader) -> Result<Vec<EventBatch>, SourceError> {
 /// What babeltrace2's text says, counted with plain string handling (independent of the
 /// reader): syscall records per (half, name), split by whether a `sched_switch` had been
 /// seen on the record's CPU before it; and the scheduler records its switches make: one
-/// `off_cpu` per switch away from a thread (not the idle task 0), and one `on_cpu` when
-/// the CPU's previous switch had brought that same thread in (its run is then known).
+/// `off_cpu` per switch away from a thread that made a syscall before (the thread a CPU
+/// runs: neither trace has tid contexts), and one `on_cpu` when the CPU's previous switch
+/// had brought that same thread in (its run is then known).
 #[derive(Default, Debug)]
 struct Expected {
     after_switch: BTreeMap<(&'static str, SyscallId), u64>,
@@ -73,6 +74,7 @@ fn expected(text: &str) -> Expected {
     let mut e = Expected::default();
     let mut switched: BTreeSet<String> = BTreeSet::new();
     let mut running: BTreeMap<String, u64> = BTreeMap::new();
+    let mut syscalling: BTreeSet<u64> = BTreeSet::new();
     for line in text.lines() {
         let mut words = line.split_whitespace();
         let (_ts, _host, event) = (words.next(), words.next(), words.next().unwrap());
@@ -88,7 +90,7 @@ fn expected(text: &str) -> Expected {
         if event == "sched_switch" {
             let prev = field(line, "prev_tid").unwrap();
             let next = field(line, "next_tid").unwrap();
-            if prev != 0 {
+            if prev != 0 && syscalling.contains(&prev) {
                 e.switch_records += 1;
                 *e.after_switch
                     .entry(("off_cpu", SyscallId::UNKNOWN))
@@ -119,6 +121,9 @@ fn expected(text: &str) -> Expected {
         if !switched.contains(&cpu) {
             e.before_switch += 1;
             continue;
+        }
+        if let Some(&tid) = running.get(&cpu) {
+            syscalling.insert(tid);
         }
         let id = if name == "unknown" && half == "enter" {
             let nr: u32 = line

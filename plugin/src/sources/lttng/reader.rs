@@ -41,8 +41,8 @@ pub struct LttngCounters {
     pub no_thread: u64,
     /// Non-syscall events (scheduler, interrupts, memory, ...).
     pub other_events: u64,
-    /// `sched_switch` records away from a thread (not the idle task) turned into the
-    /// engine's scheduler records.
+    /// `sched_switch` records away from a thread that makes syscalls, turned into the
+    /// engine's scheduler records (the idle task and kernel threads get none).
     pub switch_records: u64,
 }
 
@@ -206,6 +206,7 @@ impl Decoder {
             }
         };
 
+        self.threads.note_syscall(tid);
         let (pid, owner) = owner_of(&self.threads, tid, ctx_pid, ctx_comm);
         self.batcher.push(owner, SyscallEvent { pid, ..event });
     }
@@ -231,8 +232,12 @@ impl Decoder {
         let ts = t.ts_ns;
         let next_comm = t.payload(line, b"next_comm").and_then(|v| v.str(line));
         let before = self.threads.switch_in(cpu, next, next_comm, ts);
-        // Thread 0 is the CPU's idle task, not a thread of any target.
-        let Some(prev) = u32_of(b"prev_tid").filter(|&p| p != 0) else {
+        // Thread 0 is the CPU's idle task; kernel threads make no syscalls and must not
+        // become targets through their switches alone.
+        let Some(prev) = u32_of(b"prev_tid")
+            .filter(|&p| p != 0)
+            .filter(|&p| self.threads.get(p).is_some_and(|i| i.makes_syscalls))
+        else {
             return;
         };
         let Some(state) = t.payload(line, b"prev_state").and_then(Value::uint) else {
@@ -463,9 +468,18 @@ mod tests {
             )
         };
         let fork = "[0.5] h sched_process_fork: { cpu_id = 1 }, { parent_comm = \"db\", parent_tid = 10, parent_pid = 10, child_comm = \"db\", child_tid = 11, child_pid = 10 }\n";
+        let call = |tid: u32, pid: u32| {
+            format!("[0.6] h syscall_entry_read: {{ cpu_id = 3 }}, {{ tid = {tid}, pid = {pid}, procname = \"db\" }}, {{ fd = 3 }}\n")
+        };
         let text = [
             fork.to_owned(),
-            // Thread 11 was on CPU 0 before the trace: its first run has no known start.
+            call(10, 10),
+            call(11, 10),
+            call(12, 12),
+            // Kernel thread 13 makes no syscalls: its switches make no records.
+            sw("0.900", 0, 0, 0, 13),
+            sw("0.950", 0, 13, 0, 11),
+            // Thread 11 sleeps (interruptible) after 50 ms.
             sw("1.000", 0, 11, 1, 0),
             sw("1.100", 0, 0, 0, 11),
             // Preempted on a 4.4 kernel (TASK_RUNNING | TASK_STATE_MAX) after 250 ms.
@@ -479,7 +493,7 @@ mod tests {
         .concat();
         let (batches, c, stats) = read_all(&text);
         assert_eq!(stats.decode_errors(), 0);
-        assert_eq!(c.switch_records, 5, "the idle task's switches are skipped");
+        assert_eq!(c.switch_records, 5, "idle task and kernel thread skipped");
         let events: Vec<_> = batches.iter().flat_map(|b| b.events.iter()).collect();
         let runs: Vec<_> = events
             .iter()
@@ -489,6 +503,7 @@ mod tests {
         assert_eq!(
             runs,
             vec![
+                (11, 1_000_000_000, 50_000_000),
                 (11, 1_350_000_000, 250_000_000),
                 (10, 1_400_000_000, 50_000_000),
                 (11, 1_410_000_000, 10_000_000),
@@ -505,5 +520,6 @@ mod tests {
         );
         // Routed to the process the fork named.
         assert!(events.iter().filter(|e| e.tid != 12).all(|e| e.pid == 10));
+        assert!(events.iter().all(|e| e.tid != 13));
     }
 }

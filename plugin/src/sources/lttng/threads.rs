@@ -17,6 +17,9 @@ pub struct ThreadInfo {
     pub pid: Option<u32>,
     /// The thread's own name (`comm`), as last seen.
     pub comm: Vec<u8>,
+    /// A syscall of this thread was seen: only such threads get scheduler records, so
+    /// kernel threads (which make none) never become targets of their own.
+    pub makes_syscalls: bool,
 }
 
 /// The thread a CPU runs, since a `sched_switch` at `since_ns`.
@@ -101,6 +104,17 @@ impl Threads {
         }
     }
 
+    /// A syscall of `tid` was seen (remembered within [`MAX_THREADS`]).
+    pub fn note_syscall(&mut self, tid: u32) {
+        if let Some(info) = self.threads.get_mut(&tid) {
+            info.makes_syscalls = true;
+        } else if self.threads.len() < MAX_THREADS {
+            self.threads.entry(tid).or_default().makes_syscalls = true;
+        } else {
+            self.over_cap += 1;
+        }
+    }
+
     /// `sched_process_free`: the thread id may be reused by an unrelated thread.
     pub fn forget(&mut self, tid: u32) {
         self.threads.remove(&tid);
@@ -129,7 +143,8 @@ mod tests {
             t.get(42),
             Some(&ThreadInfo {
                 pid: Some(40),
-                comm: b"worker".to_vec()
+                comm: b"worker".to_vec(),
+                makes_syscalls: false,
             })
         );
         t.forget(42);
