@@ -35,7 +35,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn direct(&self, alpha_seconds: f64) -> bool {
+    pub fn direct(&self, alpha_seconds: f64) -> bool {
         self.onset_seconds < alpha_seconds || self.by_activity
     }
 }

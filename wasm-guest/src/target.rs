@@ -913,8 +913,23 @@ impl Target {
         // `corroboration_seconds` of each other
         // somewhere in the window (on demand too: outliers scattered after an alarm are
         // not one anomaly).
-        let anomalous = cluster.is_some()
+        let found = cluster.is_some()
             && (lone.is_some() || findings.len() >= self.params.min_affected_threads);
+        let burners = match t0 {
+            Some(t0) if found => self.cpu_burners(t0, seen),
+            _ => Vec::new(),
+        };
+        // On demand, an anomaly no thread showed within α of T0 began later than the
+        // alarm says the target became slow: it is not what the alarm reported, and
+        // diagnosing it with onsets counted from the alarm would make every thread
+        // indirect (τ = 0, "internal"). Measured: a 2-s slowdown 14 s after the alarm of a
+        // PostgreSQL control (client p99 3 → 39 ms for those 2 s) read internal, 0 of 4
+        // direct. A CPU burner is the exception: a runaway thread makes no syscalls, so
+        // the threads it starves may show it only later.
+        let late_only = matches!(onset, Onset::At(_))
+            && burners.is_empty()
+            && !findings.iter().any(|f| f.direct(self.params.alpha_seconds));
+        let anomalous = found && !late_only;
         let top_time = rank.by_time(self.params.top_n);
         let top_freq = rank.by_frequency(self.params.top_n);
         let top_io = top_time
@@ -932,10 +947,6 @@ impl Target {
             diagnosis::differentiate(&findings, pop, th, top_io)
         } else {
             diagnosis::differentiate(&[], pop, th, false)
-        };
-        let burners = match t0 {
-            Some(t0) if anomalous => self.cpu_burners(t0, seen),
-            _ => Vec::new(),
         };
         let diff = diagnosis::with_cpu_burners(diff, burners.len());
         let subsystem = if diff.verdict == Verdict::None {

@@ -74,6 +74,38 @@ fn slowdown_hitting_every_thread_at_once_is_external() {
     assert!(onset >= fault_start_ns(&s) && onset < fault_start_ns(&s) + 1_000_000_000);
 }
 
+/// An alarm that names a time well before the slowdown (here 15 s) is not answered with
+/// that later slowdown: no thread shows anything within α of the alarm, and diagnosing
+/// the later anomaly with onsets counted from the alarm would make every thread indirect
+/// (τ = 0, internal), as a brief slowdown after the alarm of a real PostgreSQL control did.
+#[test]
+fn an_alarm_well_before_the_slowdown_is_not_answered_with_it() {
+    // The slowdown at 65 s, so the baselines are ready (≈ 40 s) well before the alarm.
+    let at_seconds = 65.0;
+    let s = spec(
+        32,
+        80.0,
+        11,
+        Some(FaultSpec {
+            start_seconds: at_seconds,
+            affected_fraction: 1.0,
+            onset_spread_seconds: 0.05,
+            duration_multiplier: 8.0,
+            ..FaultSpec::default()
+        }),
+    );
+    let start = s.start_ns + (at_seconds * 1e9) as u64;
+    let (_, mut engine) = run(&s, Params::default());
+    let early = start - 15_000_000_000;
+    let r = engine.trigger("svc", early).expect("report");
+    assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+    assert_eq!(r.threads.affected, 0, "{r:#?}");
+    // Within α of the alarm it is the alarm's slowdown, and external.
+    let close = start - 1_000_000_000;
+    let r = engine.trigger("svc", close).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+}
+
 #[test]
 fn fault_in_a_subset_of_threads_is_internal() {
     let s = spec(
@@ -972,24 +1004,40 @@ fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
 }
 
 /// The global slowdown with scheduler records of both kinds: every thread runs 1 % of
-/// each 4-ms tick and then blocks; from the fault on, threads `0..risers` run 15 % of it
-/// and leave the CPU preempted when `preempted` (spinners sharing a CPU), blocked when
-/// not (threads paging under memory thrashing, which also run more).
-fn shared_cpu_stream(risers: u32, preempted: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+/// each 4-ms tick and then blocks; threads `0..risers` are idle workers before the fault
+/// (the same 1 % share, in a wake-up every 25 ticks), and from the fault on run 15 % of
+/// each tick and leave the CPU preempted in `preempted_pct` % of the ticks, blocked in the others:
+/// 100 for spinners sharing a CPU, 0 for threads that block in page-in I/O, 93 for the
+/// PostgreSQL backends of a real memory cap (2026-11-23 17:01 run: 0.92–0.95, since
+/// direct reclaim's reschedule points count as preemptions).
+fn shared_cpu_stream(risers: u32, preempted_pct: u64) -> (StreamSpec, Vec<SyscallEvent>) {
     with_scheduler_records(|s, tid, at, tick, events| {
-        let rose = tid - s.pid < risers && at >= fault_start_ns(s);
-        let run = if rose { tick * 15 / 100 } else { tick / 100 };
+        let riser = tid - s.pid < risers;
+        let rose = riser && at >= fault_start_ns(s);
+        let n = at / tick.max(1);
+        let run = if rose {
+            tick * 15 / 100
+        } else if riser {
+            if n % 25 != 0 {
+                return;
+            }
+            tick / 4
+        } else {
+            tick / 100
+        };
+        let preempted = rose && n % 100 < preempted_pct;
         events.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
-        events.push(SyscallEvent::off_cpu(s.pid, tid, at, rose && preempted));
+        events.push(SyscallEvent::off_cpu(s.pid, tid, at, preempted));
     })
 }
 
 /// A runaway split over more threads than CPUs gives each only a part of one (under
 /// `burner_share`), but those threads never block: they are burners by their switches
-/// away. Threads that run as much more but block (paging) leave the verdict external.
+/// away. Threads that run as much more but block (paging), even if only now and then
+/// (reclaim under a memory cap), leave the verdict external.
 #[test]
 fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
-    let (s, events) = shared_cpu_stream(3, true);
+    let (s, events) = shared_cpu_stream(3, 100);
     let (_, mut engine) = run_events(&events);
     let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
     assert_eq!(
@@ -1003,13 +1051,15 @@ fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
     for b in &r.cpu_burners {
         assert!(b.share_after > 0.1 && b.share_after < 0.5, "{b:?}");
         // The fault's first bin holds a few blocking switches from before it.
-        assert!(b.preempted_share.is_some_and(|p| p > 0.9), "{b:?}");
+        assert!(b.preempted_share.is_some_and(|p| p > 0.98), "{b:?}");
     }
     assert!(r.counters.switch_records > 0);
 
-    let (s, events) = shared_cpu_stream(3, false);
-    let (_, mut engine) = run_events(&events);
-    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
-    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
-    assert!(r.cpu_burners.is_empty(), "{r:#?}");
+    for pct in [0, 93] {
+        let (s, events) = shared_cpu_stream(3, pct);
+        let (_, mut engine) = run_events(&events);
+        let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+        assert_eq!(r.verdict, Verdict::External, "{pct}: {r:#?}");
+        assert!(r.cpu_burners.is_empty(), "{pct}: {r:#?}");
+    }
 }
