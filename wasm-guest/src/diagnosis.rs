@@ -143,9 +143,10 @@ pub fn differentiate(
 /// target's own threads burned a CPU (`burners` of them, see [`crate::cpu_time`]) is
 /// internal, whatever τ says. A runaway loop holds the CPU every other thread needs, so
 /// all of them slow down at once and τ reads like an environment fault (measured: Apache
-/// and PostgreSQL runaways at τ = 1.0).
+/// and PostgreSQL runaways at τ = 1.0). On demand a burner is an anomaly even when no
+/// thread's calls show one (see `Target::evaluate`), so `None` becomes internal too.
 pub fn with_cpu_burners(d: Differentiation, burners: usize) -> Differentiation {
-    if burners == 0 || matches!(d.verdict, Verdict::None | Verdict::Internal) {
+    if burners == 0 || d.verdict == Verdict::Internal {
         return d;
     }
     Differentiation {
@@ -240,9 +241,14 @@ mod tests {
             (b.verdict, b.decided_by, b.impact_factor),
             (Verdict::Internal, DecisionPath::CpuBurner, 1.0)
         );
-        // Nothing anomalous stays nothing; an internal verdict keeps its own reason.
+        // A burner with no outlying thread (found on demand by its share alone) is
+        // internal; an internal verdict keeps its own reason.
         let none = differentiate(&[], pop, TH, false);
-        assert_eq!(with_cpu_burners(none.clone(), 2), none);
+        let alone = with_cpu_burners(none.clone(), 2);
+        assert_eq!(
+            (alone.verdict, alone.decided_by, alone.affected),
+            (Verdict::Internal, DecisionPath::CpuBurner, 0)
+        );
         let internal = differentiate(&all[..2], pop, TH, false);
         assert_eq!(with_cpu_burners(internal.clone(), 2), internal);
     }

@@ -828,7 +828,17 @@ impl Target {
                 .min(),
             _ => None,
         };
-        let cluster = corroborated.or(lone);
+        // Likewise a CPU burner at the alarm: a runaway query holds a CPU without a single
+        // syscall, and the sessions it slows may not slow enough to show outliers
+        // (measured on MariaDB: the runaway session at 0.80 of a CPU, client p99 ×2, no
+        // corroborated outlier). No healthy thread measured came near a burner's share.
+        let burner_alone = match onset {
+            Onset::At(t) if corroborated.is_none() && lone.is_none() => {
+                (!self.cpu_burners(t, seen).is_empty()).then_some(t)
+            }
+            _ => None,
+        };
+        let cluster = corroborated.or(lone).or(burner_alone);
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.
@@ -914,7 +924,9 @@ impl Target {
         // somewhere in the window (on demand too: outliers scattered after an alarm are
         // not one anomaly).
         let found = cluster.is_some()
-            && (lone.is_some() || findings.len() >= self.params.min_affected_threads);
+            && (lone.is_some()
+                || burner_alone.is_some()
+                || findings.len() >= self.params.min_affected_threads);
         let burners = match t0 {
             Some(t0) if found => self.cpu_burners(t0, seen),
             _ => Vec::new(),

@@ -955,7 +955,14 @@ fn runaway_stream(burner: Option<u32>, always: bool) -> (StreamSpec, Vec<Syscall
 fn with_scheduler_records(
     tick_records: impl Fn(&StreamSpec, u32, u64, u64, &mut Vec<SyscallEvent>),
 ) -> (StreamSpec, Vec<SyscallEvent>) {
-    let s = global_slowdown_spec();
+    with_scheduler_records_on(global_slowdown_spec(), tick_records)
+}
+
+/// [`with_scheduler_records`] on the stream of `s`.
+fn with_scheduler_records_on(
+    s: StreamSpec,
+    tick_records: impl Fn(&StreamSpec, u32, u64, u64, &mut Vec<SyscallEvent>),
+) -> (StreamSpec, Vec<SyscallEvent>) {
     let mut events: Vec<SyscallEvent> = generate(&s).collect();
     let tick = 4_000_000u64;
     let end = s.start_ns + (s.seconds * 1e9) as u64;
@@ -1000,6 +1007,41 @@ fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
         let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
         assert_eq!(r.verdict, Verdict::External, "{burner:?} {always}: {r:#?}");
         assert!(r.cpu_burners.is_empty());
+    }
+}
+
+/// A runaway query holds a CPU without a syscall, and the sessions it slows may show no
+/// outliers at all: on demand the burner is the anomaly (internal), while continuous mode,
+/// with no alarm to corroborate it, stays quiet, and so does an alarm with no burner.
+#[test]
+fn on_demand_a_cpu_burner_alone_is_an_internal_anomaly() {
+    let healthy = spec(32, 50.0, 11, None);
+    for burner in [Some(3), None] {
+        let (s, events) = with_scheduler_records_on(healthy.clone(), |s, tid, at, tick, ev| {
+            let burns = Some(tid - s.pid) == burner && at >= fault_start_ns(s);
+            let run = if burns { tick * 95 / 100 } else { tick / 20 };
+            ev.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+        });
+        let (reports, mut engine) = run_events(&events);
+        assert!(
+            reports.iter().all(|r| r.verdict == Verdict::None),
+            "continuous mode needs corroborated outliers"
+        );
+        let r = engine
+            .trigger("svc", fault_start_ns(&s) + 2_000_000_000)
+            .expect("report");
+        match burner {
+            Some(b) => {
+                assert_eq!(
+                    (r.verdict, r.decided_by),
+                    (Verdict::Internal, DecisionPath::CpuBurner),
+                    "{r:#?}"
+                );
+                let tids: Vec<u32> = r.cpu_burners.iter().map(|c| c.tid).collect();
+                assert_eq!(tids, vec![s.pid + b]);
+            }
+            None => assert_eq!(r.verdict, Verdict::None, "{r:#?}"),
+        }
     }
 }
 
