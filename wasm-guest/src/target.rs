@@ -853,8 +853,15 @@ impl Target {
         let (mut active, mut active_io) = (0u64, 0u64);
         if let Some(t0) = t0 {
             let (lo, hi) = (t0 / d.bin_ns, t0.saturating_add(d.alpha_ns) / d.bin_ns);
+            // Threads under the activity floor that were tested and went on unaffected:
+            // (calls over α after T0, tested on I/O).
+            let mut quiet: Vec<(u64, bool)> = Vec::new();
+            // The fewest calls over the α before T0 of a stopped thread that joined the
+            // population below the floor.
+            let mut stopped_floor: Option<u64> = None;
             for t in self.threads.iter() {
-                let busy = t.calls.sum(lo, hi) >= self.params.min_active_calls as u64;
+                let calls_after = t.calls.sum(lo, hi);
+                let busy = calls_after >= self.params.min_active_calls as u64;
                 let testable = busy && t.tested.any(lo, hi);
                 if testable {
                     active += 1;
@@ -862,7 +869,11 @@ impl Target {
                         active_io += 1;
                     }
                 }
-                if let Some((e, persistence, stuck)) = first(t, t0) {
+                let affected = first(t, t0);
+                if affected.is_none() && !busy && calls_after > 0 && t.tested.any(lo, hi) {
+                    quiet.push((calls_after, t.tested_io.any(lo, hi)));
+                }
+                if let Some((e, persistence, stuck)) = affected {
                     let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
                     let onset_calls = self.calls_between(t, t0, e.alarm_ns);
@@ -878,6 +889,11 @@ impl Target {
                     // lock that blocks 4 of 10 backends reads as 2 direct of 2 active.
                     // Likewise a thread directly affected in its own activity.
                     let stopped = stuck && !testable && sigma < self.params.alpha_seconds;
+                    if stopped {
+                        let before =
+                            self.calls_between(t, t0.saturating_sub(d.alpha_ns), t0) as u64;
+                        stopped_floor = Some(stopped_floor.map_or(before, |f| f.min(before)));
+                    }
                     if stopped || by_activity {
                         active += 1;
                         if io {
@@ -916,6 +932,19 @@ impl Target {
                         self.params.min_time_increase as f32,
                         self.params.min_frequency_increase as f32,
                     );
+                }
+            }
+            // Stopped threads joined the population below the floor, so threads that
+            // busy could show the fault; those as busy after T0 that went on unaffected
+            // belong to it too. Measured: a PostgreSQL table lock stopped the 4 TPC-B
+            // backends (118–134 calls/s before), while 7 select-only backends at
+            // 106–173 calls/s went on, all under the 200 calls/s floor: τ read 4 of 4.
+            if let Some(floor) = stopped_floor {
+                for &(_, io) in quiet.iter().filter(|(c, _)| *c >= floor.max(1)) {
+                    active += 1;
+                    if io {
+                        active_io += 1;
+                    }
                 }
             }
         }

@@ -399,6 +399,17 @@ fn blocking_stream(
     slow_waiter: Option<usize>,
     seed: u64,
 ) -> Vec<SyscallEvent> {
+    paced_blocking_stream(pid, blocked, slow_waiter, seed, 1.0)
+}
+
+/// [`blocking_stream`] with the pauses between calls `pace` times as long.
+fn paced_blocking_stream(
+    pid: u32,
+    blocked: usize,
+    slow_waiter: Option<usize>,
+    seed: u64,
+    pace: f64,
+) -> Vec<SyscallEvent> {
     let futex = faultline_engine::SyscallId::from_name("futex");
     let read = faultline_engine::SyscallId::from_name("read");
     let (block_at, end) = (40_000_000_000u64, 70_000_000_000u64);
@@ -429,9 +440,22 @@ fn blocking_stream(
         };
         turn[i] += 1;
         events.push(SyscallEvent::complete(pid, tid, sc, at, dur));
-        clocks[i] = at + dur + (1_000_000.0 + 1_400_000.0 * next()) as u64;
+        clocks[i] = at + dur + ((1_000_000.0 + 1_400_000.0 * next()) * pace) as u64;
     }
     events
+}
+
+/// The same lock with every thread under the activity floor (≈ 120 calls/s against 200):
+/// the stopped threads join τ's population, and so must the threads as busy as they were
+/// that went on unaffected, or 4 stuck threads read as 4 of 4 (external). Measured on a
+/// PostgreSQL table lock: 4 TPC-B backends stopped, 7 select-only ones went on.
+#[test]
+fn threads_that_go_on_at_a_stopped_threads_pace_count_in_the_population() {
+    let (_, mut engine) = run_events(&paced_blocking_stream(200, 4, None, 0x2545_f491, 4.5));
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
+    assert_eq!(r.active_threads, 7, "{r:#?}");
 }
 
 /// Threads blocked by a lock make no calls after it, so they are never "busy" right after
