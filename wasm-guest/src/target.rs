@@ -832,12 +832,13 @@ impl Target {
         // syscall, and the sessions it slows may not slow enough to show outliers
         // (measured on MariaDB: the runaway session at 0.80 of a CPU, client p99 ×2, no
         // corroborated outlier). No healthy thread measured came near a burner's share.
-        let burner_alone = match onset {
+        let alone_burners = match onset {
             Onset::At(t) if corroborated.is_none() && lone.is_none() => {
-                (!self.cpu_burners(t, seen).is_empty()).then_some(t)
+                Some((t, self.cpu_burners(t, seen))).filter(|(_, b)| !b.is_empty())
             }
             _ => None,
         };
+        let burner_alone = alone_burners.as_ref().map(|&(t, _)| t);
         let cluster = corroborated.or(lone).or(burner_alone);
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
@@ -956,8 +957,10 @@ impl Target {
             && (lone.is_some()
                 || burner_alone.is_some()
                 || findings.len() >= self.params.min_affected_threads);
-        let burners = match t0 {
-            Some(t0) if found => self.cpu_burners(t0, seen),
+        // Found by a burner alone, T0 is the alarm time the burners were measured from.
+        let burners = match (t0, alone_burners) {
+            (_, Some((_, b))) => b,
+            (Some(t0), None) if found => self.cpu_burners(t0, seen),
             _ => Vec::new(),
         };
         // On demand, an anomaly no thread showed within α of T0 began later than the
