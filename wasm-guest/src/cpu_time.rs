@@ -21,7 +21,15 @@
 //! share rose, if under `burner_share`, still burns when almost all its switches away
 //! were preemptions ([`BurnerTest::spins`]).
 //!
-//! Memory: [`CpuBins`] is 1,032 bytes, allocated only for threads that have such records.
+//! The same records also say who took the CPU when a thread left it. Before a co-located
+//! hog, a server thread that blocks mostly leaves its CPU idle; under the hog the CPU
+//! never goes idle, and a third of the switches away hand it to the hog's processes
+//! (measured on Apache, MariaDB and PostgreSQL, `EVALUATION.md`). A runaway loop in the
+//! service also leaves no idle CPU, but hands it to the service's own threads. So switches
+//! that hand the CPU to *another process* far more than before are evidence of an
+//! environment fault whatever τ says ([`NeighbourTest`]), the mirror of the burner.
+//!
+//! Memory: [`CpuBins`] is 1,544 bytes, allocated only for threads that have such records.
 //!
 //! [`EventKind::OnCpu`]: crate::event::EventKind::OnCpu
 //! [`EventKind::OffCpu`]: crate::event::EventKind::OffCpu
@@ -39,6 +47,9 @@ struct CpuBin {
     preempted: u8,
     /// Switches away to wait (saturating).
     blocked: u8,
+    /// Switches away, of either kind, that handed the CPU to another process's task
+    /// (saturating).
+    foreign: u8,
 }
 
 /// On-CPU share and switches away per bin over the last [`RING_BINS`] bins (the engine's
@@ -66,6 +77,8 @@ impl Default for CpuBins {
 pub struct Switches {
     pub preempted: u64,
     pub blocked: u64,
+    /// Of those, switches that handed the CPU to another process's task.
+    pub foreign: u64,
 }
 
 impl Switches {
@@ -76,6 +89,25 @@ impl Switches {
             0.0
         } else {
             self.preempted as f64 / all as f64
+        }
+    }
+
+    /// Share of the switches away that handed the CPU to another process (0 with none).
+    pub fn foreign_share(&self) -> f64 {
+        let all = self.preempted + self.blocked;
+        if all == 0 {
+            0.0
+        } else {
+            self.foreign as f64 / all as f64
+        }
+    }
+
+    /// Sums two spans' counts.
+    pub fn plus(self, o: Switches) -> Switches {
+        Switches {
+            preempted: self.preempted + o.preempted,
+            blocked: self.blocked + o.blocked,
+            foreign: self.foreign + o.foreign,
         }
     }
 }
@@ -106,8 +138,9 @@ impl CpuBins {
         }
     }
 
-    /// Counts a switch away from the CPU at `ts_ns`.
-    pub fn switch(&mut self, ts_ns: u64, preempted: bool, bin_ns: u64) {
+    /// Counts a switch away from the CPU at `ts_ns`; `foreign` when it handed the CPU to
+    /// another process's task.
+    pub fn switch(&mut self, ts_ns: u64, preempted: bool, foreign: bool, bin_ns: u64) {
         if let Some(b) = self.bin_mut(ts_ns / bin_ns.max(1)) {
             let n = if preempted {
                 &mut b.preempted
@@ -115,6 +148,9 @@ impl CpuBins {
                 &mut b.blocked
             };
             *n = n.saturating_add(1);
+            if foreign {
+                b.foreign = b.foreign.saturating_add(1);
+            }
         }
     }
 
@@ -149,6 +185,7 @@ impl CpuBins {
             .fold(Switches::default(), |s, b| Switches {
                 preempted: s.preempted + u64::from(b.preempted),
                 blocked: s.blocked + u64::from(b.blocked),
+                foreign: s.foreign + u64::from(b.foreign),
             })
     }
 }
@@ -197,6 +234,31 @@ impl BurnerTest {
             && after >= self.rise * before
             && switches.preempted >= self.spin_min_preemptions.max(1)
             && switches.preempted_share() >= self.spin_preempted
+    }
+}
+
+/// Thresholds of the test for other processes taking the target's CPU (see
+/// [`crate::params::Params::neighbour_share`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct NeighbourTest {
+    /// Minimum share of the target's switches away after the onset that handed the CPU
+    /// to another process.
+    pub share: f64,
+    /// Minimum ratio of that share to the share before.
+    pub rise: f64,
+    /// Minimum switches away after the onset: a few switches are no evidence either way.
+    pub min_switches: u64,
+}
+
+impl NeighbourTest {
+    /// Whether the target's switches away `before` → `after` say another process took
+    /// its CPU.
+    pub fn taken(&self, before: Switches, after: Switches) -> bool {
+        let share = after.foreign_share();
+        self.share > 0.0
+            && after.preempted + after.blocked >= self.min_switches.max(1)
+            && share >= self.share
+            && share >= self.rise * before.foreign_share()
     }
 }
 
@@ -264,29 +326,33 @@ mod tests {
     fn switches_are_counted_per_bin_and_fall_out_with_the_ring() {
         let mut c = CpuBins::default();
         for i in 0..10 {
-            c.switch(5 * BIN + i, true, BIN);
+            c.switch(5 * BIN + i, true, i % 2 == 0, BIN);
         }
-        c.switch(5 * BIN + 20, false, BIN);
-        c.switch(6 * BIN, false, BIN);
+        c.switch(5 * BIN + 20, false, false, BIN);
+        c.switch(6 * BIN, false, true, BIN);
         assert_eq!(
             c.switches(5, 5),
             Switches {
                 preempted: 10,
-                blocked: 1
+                blocked: 1,
+                foreign: 5,
             }
         );
+        assert_eq!(c.switches(5, 6).foreign, 6);
+        assert!((c.switches(5, 5).foreign_share() - 5.0 / 11.0).abs() < 1e-9);
         assert_eq!(c.switches(5, 6).blocked, 2);
         assert!((c.switches(5, 5).preempted_share() - 10.0 / 11.0).abs() < 1e-9);
         assert_eq!(Switches::default().preempted_share(), 0.0);
         // Counts saturate; a bin the ring moved past is cleared.
         for _ in 0..300 {
-            c.switch(6 * BIN, true, BIN);
+            c.switch(6 * BIN, true, true, BIN);
         }
+        assert_eq!(c.switches(6, 6).foreign, 255);
         assert_eq!(c.switches(6, 6).preempted, 255);
-        c.switch(300 * BIN, false, BIN);
+        c.switch(300 * BIN, false, false, BIN);
         assert_eq!(c.switches(0, 299), Switches::default());
         // A switch older than the ring changes nothing.
-        c.switch(BIN, true, BIN);
+        c.switch(BIN, true, false, BIN);
         assert_eq!(c.switches(0, 2), Switches::default());
     }
 
@@ -296,6 +362,7 @@ mod tests {
         let spinning = Switches {
             preempted: 90,
             blocked: 2,
+            foreign: 0,
         };
         assert!(t.spins(0.01, 0.1, spinning));
         assert!(!t.spins(0.01, 0.03, spinning), "too little CPU");
@@ -303,11 +370,13 @@ mod tests {
         let paging = Switches {
             preempted: 20,
             blocked: 200,
+            foreign: 0,
         };
         assert!(!t.spins(0.01, 0.1, paging), "it blocks: a thrashing thread");
         let few = Switches {
             preempted: 3,
             blocked: 0,
+            foreign: 0,
         };
         assert!(!t.spins(0.01, 0.1, few), "too few switches to tell");
         let off = BurnerTest {
@@ -315,5 +384,46 @@ mod tests {
             ..t
         };
         assert!(!off.spins(0.01, 0.1, spinning), "0 turns the test off");
+    }
+
+    fn switches(preempted: u64, blocked: u64, foreign: u64) -> Switches {
+        Switches {
+            preempted,
+            blocked,
+            foreign,
+        }
+    }
+
+    #[test]
+    fn the_neighbour_test_needs_a_high_foreign_share_and_a_rise() {
+        let t = NeighbourTest {
+            share: 0.15,
+            rise: 2.5,
+            min_switches: 20,
+        };
+        let quiet = switches(10, 90, 5);
+        // The measured hog: a third of the switches hand the CPU to its processes.
+        assert!(t.taken(quiet, switches(40, 60, 35)));
+        assert!(
+            !t.taken(quiet, switches(40, 60, 10)),
+            "its own threads took the CPU"
+        );
+        assert!(
+            !t.taken(switches(10, 90, 30), switches(40, 60, 35)),
+            "as much before"
+        );
+        assert!(
+            !t.taken(quiet, switches(5, 5, 8)),
+            "too few switches to tell"
+        );
+        assert!(
+            t.taken(Switches::default(), switches(10, 10, 10)),
+            "no switches before"
+        );
+        let off = NeighbourTest { share: 0.0, ..t };
+        assert!(
+            !off.taken(quiet, switches(0, 100, 100)),
+            "0 turns the test off"
+        );
     }
 }

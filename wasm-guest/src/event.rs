@@ -31,7 +31,9 @@ pub enum EventKind {
     /// context of the thread switched out); `ret` is `Some(1)` when it left still runnable
     /// (preempted), `Some(0)` when it blocked. Tells a thread spinning among others that
     /// share its CPU from one that runs more because it waits in page faults (see
-    /// [`crate::cpu_time`]).
+    /// [`crate::cpu_time`]). `duration_ns` names the task switched in, when the source
+    /// knows it (see [`SyscallEvent::switched_in`]): whether the CPU went idle, to another
+    /// thread of the target, or to another process.
     OffCpu,
 }
 
@@ -59,7 +61,9 @@ pub struct SyscallEvent {
     pub kind: EventKind,
     /// Nanoseconds in the source's clock: entry time for `Complete`/`Enter`, exit time for `Exit`.
     pub ts_ns: u64,
-    /// Execution time in nanoseconds, for `Complete` records only.
+    /// Execution time in nanoseconds, for `Complete` records; for `OffCpu` records the task
+    /// switched in, as `1 + tid` (`1`: the idle task; `0`: not known), so the batch
+    /// layout stays as it is (see [`SyscallEvent::switched_in`]).
     pub duration_ns: u64,
     /// Return value, when known (negative errno on failure).
     pub ret: Option<i64>,
@@ -129,6 +133,26 @@ impl SyscallEvent {
             ret: Some(i64::from(preempted)),
             perf: None,
         }
+    }
+
+    /// A switch away from the CPU at `ts_ns` that handed it to task `next_tid` (`0`: the
+    /// CPU's idle task). Who got the CPU tells an environment taking it (another process)
+    /// from the target's own threads queueing for it (see [`crate::cpu_time`]).
+    pub fn off_cpu_to(pid: u32, tid: u32, ts_ns: u64, preempted: bool, next_tid: u32) -> Self {
+        Self {
+            duration_ns: u64::from(next_tid) + 1,
+            ..Self::off_cpu(pid, tid, ts_ns, preempted)
+        }
+    }
+
+    /// For an [`EventKind::OffCpu`] record, the task switched in (`Some(0)`: the idle
+    /// task), when the source said; `None` otherwise.
+    #[inline]
+    pub fn switched_in(&self) -> Option<u32> {
+        if self.kind != EventKind::OffCpu || self.duration_ns == 0 {
+            return None;
+        }
+        u32::try_from(self.duration_ns - 1).ok()
     }
 
     /// Whether this is a scheduler record ([`EventKind::OnCpu`] or [`EventKind::OffCpu`])

@@ -52,6 +52,9 @@ pub enum DecisionPath {
     /// A thread of the target burned a CPU after the onset (scheduler records, see
     /// [`crate::cpu_time`]): the service's own code, whatever τ said.
     CpuBurner,
+    /// Other processes took the target's CPU after the onset (scheduler records, see
+    /// [`crate::cpu_time`] and [`Report::cpu_taken`]): the environment, whatever τ said.
+    CpuNeighbour,
 }
 
 /// Kernel subsystem a syscall (and so a diagnosis) points at.
@@ -226,6 +229,25 @@ pub struct Report {
     /// records; see [`crate::cpu_time`]), which make the verdict internal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_burners: Vec<crate::cpu_time::Burner>,
+    /// How often the target's threads handed their CPU to another process when they left
+    /// it, before and after the onset (only with switch records naming the next task);
+    /// `taken` says whether that made the verdict external.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_taken: Option<CpuTaken>,
+}
+
+/// The target's switches away from the CPU that handed it to another process's task, as
+/// a share of all its switches away, before and after the onset.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CpuTaken {
+    /// Lowest share over the spans before the onset (see `Target::evaluate`).
+    pub share_before: f64,
+    /// Share in the `persistence_seconds` after the onset.
+    pub share_after: f64,
+    /// Switches away after the onset (all threads).
+    pub switches_after: u64,
+    /// Whether the shares passed `neighbour_share` and `neighbour_rise`.
+    pub taken: bool,
 }
 
 /// One affected thread of a report.
@@ -324,6 +346,10 @@ impl Report {
         for b in &mut self.cpu_burners {
             b.share_before = tidy(b.share_before);
             b.share_after = tidy(b.share_after);
+        }
+        if let Some(c) = self.cpu_taken.as_mut() {
+            c.share_before = tidy(c.share_before);
+            c.share_after = tidy(c.share_after);
         }
     }
 }

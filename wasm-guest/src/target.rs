@@ -30,7 +30,7 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
-use crate::cpu_time::{Burner, BurnerTest};
+use crate::cpu_time::{Burner, BurnerTest, NeighbourTest, Switches};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
 use crate::event::{EventKind, SyscallEvent};
@@ -38,7 +38,7 @@ use crate::pairing::Call;
 use crate::params::{seconds_to_ns, Params};
 use crate::ranking::{self, Ranking};
 use crate::report::{
-    AffectedThread, Calibration, DecisionPath, EngineCounters, OnsetDistribution, Report,
+    AffectedThread, Calibration, CpuTaken, DecisionPath, EngineCounters, OnsetDistribution, Report,
     SyscallActivity, ThreadCounts, Trigger, Verdict, REPORT_SCHEMA_VERSION,
 };
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
@@ -58,6 +58,10 @@ const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
 const BURNER_BEFORE: u64 = 5;
 /// Preemptions a second a spinner needs after the onset (see [`BurnerTest::spins`]).
 const SPINNER_MIN_PREEMPTIONS_PER_SECOND: f64 = 2.0;
+/// Switches away a second, over all threads, the test for other processes taking the
+/// CPU needs on each side of the onset (see [`NeighbourTest`]): a target that hardly
+/// leaves its CPU says little about who gets it.
+const NEIGHBOUR_MIN_SWITCHES_PER_SECOND: f64 = 5.0;
 
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
@@ -449,12 +453,17 @@ impl Target {
 
     fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
         let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
+        // A switch that handed the CPU to a task that is none of the target's threads
+        // (nor the idle task): another process took it.
+        let foreign = ev
+            .switched_in()
+            .is_some_and(|next| next != 0 && self.index.get(next).is_none());
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
         th.last_seen_ns = th.last_seen_ns.max(ev.ts_ns);
         if ev.is_scheduling() {
-            add_cpu_time(th, ev, self.d.bin_ns, c);
+            add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
             return;
         }
         let Some(call) = th.pairer.feed(ev, c) else {
@@ -993,9 +1002,18 @@ impl Target {
             diagnosis::differentiate(&[], pop, th, false)
         };
         let diff = diagnosis::with_cpu_burners(diff, burners.len());
+        let cpu_taken = match t0 {
+            Some(t0) if anomalous => self.cpu_taken(t0, seen),
+            _ => None,
+        };
+        let diff =
+            diagnosis::with_cpu_neighbours(diff, cpu_taken.is_some_and(|c| c.taken), burners.len());
         let subsystem = if diff.verdict == Verdict::None {
             crate::report::Subsystem::None
-        } else if diff.decided_by == DecisionPath::CpuBurner {
+        } else if matches!(
+            diff.decided_by,
+            DecisionPath::CpuBurner | DecisionPath::CpuNeighbour
+        ) {
             crate::report::Subsystem::CpuScheduling
         } else {
             ranking::dominant_subsystem(&votes, top_time.first())
@@ -1067,6 +1085,7 @@ impl Target {
                 None
             },
             cpu_burners: burners,
+            cpu_taken,
         };
         report.tidy();
         report
@@ -1242,6 +1261,51 @@ impl Target {
             .collect()
     }
 
+    /// How often the target's threads handed their CPU to another process when they left
+    /// it: in the `persistence_seconds` after `t0` (up to the data seen) against the
+    /// median of the `BURNER_BEFORE` spans of that length before it that had enough
+    /// switches. The median, because continuous mode finds a hog's onset seconds late,
+    /// when the spans just before already hold it, while the lowest span would let a host
+    /// whose neighbours come and go pass the rise. `None` without switch records.
+    fn cpu_taken(&self, t0: u64, seen: u64) -> Option<CpuTaken> {
+        let test = NeighbourTest {
+            share: self.params.neighbour_share,
+            rise: self.params.neighbour_rise,
+            min_switches: (NEIGHBOUR_MIN_SWITCHES_PER_SECOND * self.params.persistence_seconds)
+                .ceil() as u64,
+        };
+        let bin = self.d.bin_ns;
+        let span = (self.d.persistence_ns / bin).max(1);
+        let first_after = t0 / bin;
+        let end = t0.saturating_add(self.d.persistence_ns).min(seen.max(t0));
+        let last_after = (end / bin).max(first_after);
+        let sum = |lo: u64, hi: u64| {
+            self.threads
+                .iter()
+                .filter_map(|t| t.cpu.as_ref())
+                .fold(Switches::default(), |s, c| s.plus(c.switches(lo, hi)))
+        };
+        let after = sum(first_after, last_after);
+        if after.preempted + after.blocked == 0 {
+            return None;
+        }
+        let mut before: Vec<Switches> = (0..BURNER_BEFORE)
+            .map_while(|i| {
+                let hi = first_after.checked_sub(i * span + 1)?;
+                Some(sum(hi.saturating_sub(span - 1), hi))
+            })
+            .filter(|s| s.preempted + s.blocked >= test.min_switches.max(1))
+            .collect();
+        before.sort_by(|a, b| a.foreign_share().total_cmp(&b.foreign_share()));
+        let median = before.get(before.len() / 2).copied().unwrap_or_default();
+        Some(CpuTaken {
+            share_before: median.foreign_share(),
+            share_after: after.foreign_share(),
+            switches_after: after.preempted + after.blocked,
+            taken: test.taken(median, after),
+        })
+    }
+
     /// `t`'s calls in `[a, b)`, edge bins counted pro rata.
     fn calls_between(&self, t: &Thread, a: u64, b: u64) -> f64 {
         calls_in(t, a, b, self.d.bin_ns)
@@ -1395,11 +1459,17 @@ impl Target {
 /// sources without scheduler records cost nothing). Kept out of line: the per-call path
 /// stays as small as it was.
 #[inline(never)]
-fn add_cpu_time(th: &mut Thread, ev: &SyscallEvent, bin_ns: u64, c: &mut EngineCounters) {
+fn add_cpu_time(
+    th: &mut Thread,
+    ev: &SyscallEvent,
+    foreign: bool,
+    bin_ns: u64,
+    c: &mut EngineCounters,
+) {
     let cpu = th.cpu.get_or_insert_with(Box::default);
     if ev.kind == EventKind::OffCpu {
         c.switch_records += 1;
-        cpu.switch(ev.ts_ns, ev.ret.is_some_and(|r| r != 0), bin_ns);
+        cpu.switch(ev.ts_ns, ev.ret.is_some_and(|r| r != 0), foreign, bin_ns);
     } else {
         c.cpu_records += 1;
         cpu.add(ev.ts_ns, ev.duration_ns, bin_ns);

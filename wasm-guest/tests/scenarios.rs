@@ -106,9 +106,9 @@ fn an_alarm_well_before_the_slowdown_is_not_answered_with_it() {
     assert_eq!(r.verdict, Verdict::External, "{r:#?}");
 }
 
-#[test]
-fn fault_in_a_subset_of_threads_is_internal() {
-    let s = spec(
+/// 32 threads, 8 of them slowed ×8 at 40 s over 2 s: a bug's local impact.
+fn subset_fault_spec() -> StreamSpec {
+    spec(
         32,
         50.0,
         12,
@@ -119,7 +119,12 @@ fn fault_in_a_subset_of_threads_is_internal() {
             duration_multiplier: 8.0,
             ..FaultSpec::default()
         }),
-    );
+    )
+}
+
+#[test]
+fn fault_in_a_subset_of_threads_is_internal() {
+    let s = subset_fault_spec();
     let (_, mut engine) = run(&s, Params::default());
     let r = engine.finish().pop().expect("final report");
     assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
@@ -1127,5 +1132,68 @@ fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
         let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
         assert_eq!(r.verdict, Verdict::External, "{pct}: {r:#?}");
         assert!(r.cpu_burners.is_empty(), "{pct}: {r:#?}");
+    }
+}
+
+/// The subset fault of [`subset_fault_spec`] with switch records:
+/// every thread leaves its CPU blocked at each 4-ms tick; before the fault 1 switch in 20
+/// hands the CPU to another process (the rest leave it idle), and from the fault on 1 in
+/// 3 hands it to another process when `hog` (a co-located hog, as measured on Apache:
+/// 0.04 → 0.32), else to one of the service's own threads.
+fn subset_fault_with_switches(hog: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+    const OTHER_PROCESS: u32 = 999_999;
+    with_scheduler_records_on(subset_fault_spec(), move |s, tid, at, tick, ev| {
+        let n = at / tick;
+        let next = if at >= fault_start_ns(s) && n % 3 == 0 {
+            if hog {
+                OTHER_PROCESS
+            } else {
+                s.pid + (tid - s.pid + 1) % s.threads
+            }
+        } else if n % 20 == 0 {
+            OTHER_PROCESS
+        } else {
+            0
+        };
+        ev.push(SyscallEvent::on_cpu(s.pid, tid, at, tick / 100));
+        ev.push(SyscallEvent::off_cpu_to(s.pid, tid, at, false, next));
+    })
+}
+
+/// Other processes taking the service's CPU make a local-looking slowdown external: a
+/// co-located hog keeps threads waiting for the CPU, which only some of them show in
+/// their calls (Apache under eight hogs read internal at τ 0.67–0.80). The same share
+/// handed to the service's own threads is its own queueing and leaves τ's verdict.
+#[test]
+fn other_processes_taking_the_cpu_make_a_local_slowdown_external() {
+    for hog in [true, false] {
+        let (s, events) = subset_fault_with_switches(hog);
+        let (_, mut engine) = run_events(&events);
+        let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+        assert!(r.impact_factor < 0.8, "{r:#?}");
+        let taken = r.cpu_taken.expect("switch records name the next task");
+        assert!(
+            (0.04..0.06).contains(&taken.share_before),
+            "1 in 20 before: {taken:?}"
+        );
+        if hog {
+            assert_eq!(
+                (r.verdict, r.decided_by),
+                (Verdict::External, DecisionPath::CpuNeighbour),
+                "{r:#?}"
+            );
+            assert!(taken.taken && taken.share_after > 0.3, "{taken:?}");
+            assert_eq!(
+                r.subsystem,
+                faultline_engine::report::Subsystem::CpuScheduling
+            );
+        } else {
+            assert_eq!(
+                (r.verdict, r.decided_by),
+                (Verdict::Internal, DecisionPath::ImpactFactor),
+                "{r:#?}"
+            );
+            assert!(!taken.taken && taken.share_after < 0.06, "{taken:?}");
+        }
     }
 }

@@ -254,8 +254,10 @@ impl Decoder {
             self.batcher
                 .push(owner, SyscallEvent::on_cpu(pid, prev, ts, runtime));
         }
-        self.batcher
-            .push(owner, SyscallEvent::off_cpu(pid, prev, ts, preempted));
+        self.batcher.push(
+            owner,
+            SyscallEvent::off_cpu_to(pid, prev, ts, preempted, next),
+        );
     }
 
     fn syscall_id(&self, name: &[u8], id: Option<Value>) -> SyscallId {

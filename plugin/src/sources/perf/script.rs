@@ -202,8 +202,11 @@ impl LineSink<'_> {
             }
             Parsed::OffCpu(r) => {
                 *self.samples += 1;
-                let event =
-                    SyscallEvent::off_cpu(r.pid.unwrap_or(r.tid), r.tid, r.ts_ns, r.preempted);
+                let pid = r.pid.unwrap_or(r.tid);
+                let event = match r.next_tid {
+                    Some(next) => SyscallEvent::off_cpu_to(pid, r.tid, r.ts_ns, r.preempted, next),
+                    None => SyscallEvent::off_cpu(pid, r.tid, r.ts_ns, r.preempted),
+                };
                 self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
             }
             Parsed::Skip => {}

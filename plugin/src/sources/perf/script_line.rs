@@ -65,6 +65,8 @@ pub struct SwitchLine<'a> {
     pub ts_ns: u64,
     /// It left still runnable (`prev_state=R` or `R+`): preempted, not blocked.
     pub preempted: bool,
+    /// The task switched in (`next_pid`, a tid; 0 is the idle task), when the line has it.
+    pub next_tid: Option<u32>,
 }
 
 /// What a line turned out to be.
@@ -245,10 +247,10 @@ fn parse_runtime<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<RunLine<'a>> {
 }
 
 /// `sched:sched_switch:` rest: `prev_comm=<c> prev_pid=<tid> prev_prio=<p>
-/// prev_state=<S> ==> next_comm=…`. The header names the thread switched away (the
-/// tracepoint fires in its context), so only the state is read: `R` (or `R+`, preempted
-/// by the kernel) means it was still runnable; anything else (`S`, `D`, `I`, …) that it
-/// blocked or stopped.
+/// prev_state=<S> ==> next_comm=<c> next_pid=<tid> …`. The header names the thread
+/// switched away (the tracepoint fires in its context), so only the state and the task
+/// switched in are read: `R` (or `R+`, preempted by the kernel) means it was still
+/// runnable; anything else (`S`, `D`, `I`, …) that it blocked or stopped.
 fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
     let h = parse_header(head)?;
     // The state follows `prev_prio=`, past anything a `prev_comm` may hold but before
@@ -265,12 +267,22 @@ fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
     if state.is_empty() {
         return None;
     }
+    // `next_pid=` follows `next_comm`, which may hold anything: the last one is the field.
+    let next_tid = memmem::rfind(tail, b" next_pid=").and_then(|at| {
+        let v = tail.get(at + b" next_pid=".len()..)?;
+        let end = v
+            .iter()
+            .position(|c| c.is_ascii_whitespace())
+            .unwrap_or(v.len());
+        parse_u32(v.get(..end)?)
+    });
     Some(SwitchLine {
         comm: h.comm,
         pid: h.pid,
         tid: h.tid,
         ts_ns: h.ts_ns,
         preempted: state == b"R" || state == b"R+",
+        next_tid,
     })
 }
 
@@ -534,6 +546,16 @@ mod tests {
         let r = switch(&p, "              sh  2898/2898  [000]   599.819027829:       sched:sched_switch: prev_comm=sh prev_pid=2898 prev_prio=120 prev_state=R ==> next_comm=apt-get next_pid=1935 next_prio=120\n");
         assert_eq!((r.pid, r.tid, r.ts_ns), (Some(2898), 2898, 599_819_027_829));
         assert!(r.preempted);
+        assert_eq!(r.next_tid, Some(1935));
+        let r = switch(&p, "apache2 11294/11306  3987.410793867:       sched:sched_switch: prev_comm=apache2 prev_pid=11306 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120");
+        assert_eq!(r.next_tid, Some(0), "the idle task");
+        // A next_comm holding the field name: the last one counts; none or garbage: unknown.
+        let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=S ==> next_comm=a next_pid=9 next_pid=7 next_prio=120");
+        assert_eq!(r.next_tid, Some(7));
+        let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=S ==> next_comm=y");
+        assert_eq!(r.next_tid, None);
+        let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=S ==> next_comm=y next_pid=-1 next_prio=1");
+        assert_eq!(r.next_tid, None);
         let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=R+ ==> next_comm=y next_pid=3 next_prio=120");
         assert!(r.preempted);
         for blocked in ["S", "D", "I", "D|K", "T"] {
