@@ -242,7 +242,9 @@ pub struct Report {
 pub struct CpuTaken {
     /// Lowest share over the spans before the onset (see `Target::evaluate`).
     pub share_before: f64,
-    /// Share in the `persistence_seconds` after the onset.
+    /// Share in the `persistence_seconds` after the onset, or in those before the alarm
+    /// (continuous mode: before the latest data) when that span is later and its share
+    /// higher.
     pub share_after: f64,
     /// Switches away after the onset (all threads).
     pub switches_after: u64,
