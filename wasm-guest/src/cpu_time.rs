@@ -82,24 +82,27 @@ pub struct Switches {
 }
 
 impl Switches {
+    /// All switches away.
+    pub fn total(&self) -> u64 {
+        self.preempted + self.blocked
+    }
+
+    /// `n` as a share of all switches away (0 with none).
+    fn share(&self, n: u64) -> f64 {
+        match self.total() {
+            0 => 0.0,
+            all => n as f64 / all as f64,
+        }
+    }
+
     /// Share of the switches away that were preemptions (0 with none).
     pub fn preempted_share(&self) -> f64 {
-        let all = self.preempted + self.blocked;
-        if all == 0 {
-            0.0
-        } else {
-            self.preempted as f64 / all as f64
-        }
+        self.share(self.preempted)
     }
 
     /// Share of the switches away that handed the CPU to another process (0 with none).
     pub fn foreign_share(&self) -> f64 {
-        let all = self.preempted + self.blocked;
-        if all == 0 {
-            0.0
-        } else {
-            self.foreign as f64 / all as f64
-        }
+        self.share(self.foreign)
     }
 
     /// Sums two spans' counts.
@@ -256,7 +259,7 @@ impl NeighbourTest {
     pub fn taken(&self, before: Switches, after: Switches) -> bool {
         let share = after.foreign_share();
         self.share > 0.0
-            && after.preempted + after.blocked >= self.min_switches.max(1)
+            && after.total() >= self.min_switches.max(1)
             && share >= self.share
             && share >= self.rise * before.foreign_share()
     }

@@ -453,16 +453,16 @@ impl Target {
 
     fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
         let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
-        // A switch that handed the CPU to a task that is none of the target's threads
-        // (nor the idle task): another process took it.
-        let foreign = ev
-            .switched_in()
-            .is_some_and(|next| next != 0 && self.index.get(next).is_none());
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
         th.last_seen_ns = th.last_seen_ns.max(ev.ts_ns);
         if ev.is_scheduling() {
+            // A switch that handed the CPU to a task that is none of the target's threads
+            // (nor the idle task): another process took it.
+            let foreign = ev
+                .switched_in()
+                .is_some_and(|next| next != 0 && self.index.get(next).is_none());
             add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
             return;
         }
@@ -1260,8 +1260,7 @@ impl Target {
                     tid: t.tid,
                     share_before: before,
                     share_after: after,
-                    preempted_share: (switches.preempted + switches.blocked > 0)
-                        .then(|| switches.preempted_share()),
+                    preempted_share: (switches.total() > 0).then(|| switches.preempted_share()),
                 })
             })
             .collect()
@@ -1298,15 +1297,17 @@ impl Target {
         };
         let mut after = sum(first_after, last_after);
         if let Some(a) = alarm.filter(|&a| a > end) {
-            let hi = a.min(seen.max(a.saturating_sub(self.d.persistence_ns))) / bin;
+            // The span ending at the alarm, or at the latest data when it has not got
+            // there, after the span the onset gave.
+            let hi = a.min(seen) / bin;
             let at_alarm = sum((hi + 1).saturating_sub(span).max(last_after + 1), hi);
-            if at_alarm.preempted + at_alarm.blocked >= test.min_switches.max(1)
+            if at_alarm.total() >= test.min_switches.max(1)
                 && at_alarm.foreign_share() > after.foreign_share()
             {
                 after = at_alarm;
             }
         }
-        if after.preempted + after.blocked == 0 {
+        if after.total() == 0 {
             return None;
         }
         let mut before: Vec<Switches> = (0..BURNER_BEFORE)
@@ -1314,14 +1315,14 @@ impl Target {
                 let hi = first_after.checked_sub(i * span + 1)?;
                 Some(sum(hi.saturating_sub(span - 1), hi))
             })
-            .filter(|s| s.preempted + s.blocked >= test.min_switches.max(1))
+            .filter(|s| s.total() >= test.min_switches.max(1))
             .collect();
         before.sort_by(|a, b| a.foreign_share().total_cmp(&b.foreign_share()));
         let median = before.get(before.len() / 2).copied().unwrap_or_default();
         Some(CpuTaken {
             share_before: median.foreign_share(),
             share_after: after.foreign_share(),
-            switches_after: after.preempted + after.blocked,
+            switches_after: after.total(),
             taken: test.taken(median, after),
         })
     }
