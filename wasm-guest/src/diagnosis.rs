@@ -5,7 +5,9 @@
 //! each affected thread's onset σ = first confirmed outlier − max(T0, start of the unit
 //! it happened in). Measuring from max(T0, unit start) rather than from the unit start
 //! alone makes σ mean "how soon after the fault reached this thread": a busy thread whose
-//! unit began minutes before the fault is not given a huge onset.
+//! unit began minutes before the fault is not given a huge onset. Likewise a thread busy at
+//! T0 that then sat at least α in one call counts from when it ran again (see
+//! `target::resumed_at`): a parked worker cannot show a fault.
 //!
 //! "Active in the window" (τ's denominator) means *testable right after the onset*: the
 //! thread made at least `min_active_calls` calls between T0 and T0 + α and had moving

@@ -884,7 +884,14 @@ impl Target {
                     quiet.push((calls_after, t.tested_io.any(lo, hi)));
                 }
                 if let Some((e, persistence, stuck)) = affected {
-                    let sigma = e.alarm_ns.saturating_sub(t0.max(e.unit_start_ns)) as f64 / 1e9;
+                    // Only a thread working at T0 can have been parked after it (an idle
+                    // one is judged by its own activity, below).
+                    let start = if testable {
+                        resumed_at(t, t0.max(e.unit_start_ns), e.alarm_ns, d)
+                    } else {
+                        t0.max(e.unit_start_ns)
+                    };
+                    let sigma = e.alarm_ns.saturating_sub(start) as f64 / 1e9;
                     let io = e.key != GAP_KEY && SyscallId(e.key).subsystem().is_io();
                     let onset_calls = self.calls_between(t, t0, e.alarm_ns);
                     // Direct in its own activity: idle at T0, it showed the fault within
@@ -1268,10 +1275,13 @@ impl Target {
 
     /// How often the target's threads handed their CPU to another process when they left
     /// it: in the `persistence_seconds` after `t0` (up to the data seen) against the
-    /// median of the `BURNER_BEFORE` spans of that length before it that had enough
-    /// switches. The median, because continuous mode finds a hog's onset seconds late,
-    /// when the spans just before already hold it, while the lowest span would let a host
-    /// whose neighbours come and go pass the rise. The span before the `alarm` (on demand
+    /// median of the spans of that length in the window before it that had enough
+    /// switches. The median, because the onset can come seconds into a hog, when the
+    /// spans just before already hold it, while the lowest span would let a host whose
+    /// neighbours come and go pass the rise; the whole window, not the last few spans,
+    /// because an alarm that comes late is T0 when no earlier onset is corroborated
+    /// (measured: an Apache hog with the alarm 10 s in read 0.34 over the 15 s before it,
+    /// 0.41 after, and stayed internal). The span before the `alarm` (on demand
     /// the alarm, in continuous mode the latest data) counts too, when it is later: that
     /// is when the service is known to be slow, and the onset found can be an earlier blip
     /// (measured: a PostgreSQL hog whose corroborated onset was a blip 5.8 s before it,
@@ -1310,7 +1320,8 @@ impl Target {
         if after.total() == 0 {
             return None;
         }
-        let mut before: Vec<Switches> = (0..BURNER_BEFORE)
+        let spans = (self.d.window_ns / (span * bin)).max(BURNER_BEFORE);
+        let mut before: Vec<Switches> = (0..spans)
             .map_while(|i| {
                 let hi = first_after.checked_sub(i * span + 1)?;
                 Some(sum(hi.saturating_sub(span - 1), hi))
@@ -1516,6 +1527,44 @@ fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {
         0.0
     };
     head + mid + tail
+}
+
+/// When `t` last resumed work before `until`: the end of its latest pause of at least α
+/// (and the unit gap) in `[from, until)` during which it began no call, or `from` if it
+/// never paused that long.
+///
+/// A pause inside one call is no unit boundary for the detector (its moving averages go
+/// on: splitting units there lost the table-lock waiters of MariaDB, whose long wait is
+/// the outlier), but it is one for σ: a worker parked in `epoll_wait` cannot show a fault
+/// before it runs again. Measured: under packet loss three Apache workers, busy at the
+/// alarm, sat 18 s in one call after their connections closed and showed the loss on the
+/// first calls of their next connections, σ 24 s from the alarm (Ω 7.1 s: read internal).
+fn resumed_at(t: &Thread, from: u64, until: u64, d: &Derived) -> u64 {
+    let bin = d.bin_ns;
+    if bin == 0 || until <= from {
+        return from;
+    }
+    let kept = t.calls.oldest_kept();
+    // At least α (and the unit gap): a pause shorter than the time a thread may take to
+    // show a fault and still count as direct is no parking (on generated streams with
+    // heavy-tailed waits, every pause over the 1-s gap counting answered an alarm 15 s
+    // before a slowdown with it).
+    let need = d.gap_ns.max(d.alpha_ns).div_ceil(bin).max(1);
+    // Bins wholly after `from` and still in the ring (older ones read as empty).
+    let first = (from / bin + 1).max(kept);
+    // `end` is the bin after the current run of empty bins, scanning back from the
+    // alarm's bin: the latest pause long enough wins.
+    let mut end = until / bin;
+    let mut b = end;
+    while b > first {
+        b -= 1;
+        if t.calls.sum(b, b) != 0 {
+            end = b;
+        } else if end - b >= need {
+            return end.saturating_mul(bin).clamp(from, until);
+        }
+    }
+    from
 }
 
 /// The least single value (ns) that alone lifts a moving average over the outlier
@@ -1973,6 +2022,32 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn onsets_count_from_the_end_of_the_latest_long_pause() {
+        let d = Derived::new(&Params::default());
+        let bin = d.bin_ns;
+        // α (2 s) is six bins of 90 s / 256; the unit gap (1 s) three.
+        assert_eq!(d.gap_ns.max(d.alpha_ns).div_ceil(bin), 6);
+        let mut t = Thread::new(1, 0);
+        // Busy in bins 1000–1009, parked in one call over 1010–1059, then busy again from
+        // 1060; a pause of four bins (over the gap, under α) at 1070–1073; busy from 1074.
+        for b in (1000..1010).chain(1060..1070).chain(1074..1080) {
+            t.calls.add(b);
+        }
+        let (from, alarm) = (1000 * bin + 5, 1077 * bin + 7);
+        // The short pause does not count; the long one ended where bin 1060 begins.
+        assert_eq!(resumed_at(&t, from, alarm, &d), 1060 * bin);
+        // Before the long pause ended, or with the pause before `from`, nothing changes.
+        assert_eq!(resumed_at(&t, from, 1009 * bin, &d), from);
+        assert_eq!(resumed_at(&t, 1061 * bin, alarm, &d), 1061 * bin);
+        // An alarm at or before `from` leaves it alone.
+        assert_eq!(resumed_at(&t, alarm, from, &d), alarm);
+        // Bins the ring no longer holds read as empty but are no pause.
+        let mut late = t.clone();
+        late.calls.add(1000 + 400);
+        assert_eq!(resumed_at(&late, from, alarm, &d), from);
+    }
 
     #[test]
     fn syscalls_beyond_the_cap_go_to_the_sketch() {

@@ -498,6 +498,11 @@ impl CallBins {
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
         ring_sum(&self.counts, self.latest, lo, hi, self.pending)
     }
+
+    /// The oldest bin the ring still holds: older bins read as empty, not as idle.
+    pub fn oldest_kept(&self) -> u64 {
+        self.latest.saturating_sub(RING_BINS - 1)
+    }
 }
 
 /// Bins of the per-thread rings ([`CallBins`], [`crate::cpu_time::CpuBins`]).

@@ -1140,11 +1140,12 @@ fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
 /// hands the CPU to another process (the rest leave it idle), and from `taken_after_ns`
 /// after the fault on 1 in 3 hands it to another process when `hog` (a co-located hog, as measured on Apache:
 /// 0.04 → 0.32), else to one of the service's own threads.
-fn subset_fault_with_switches(hog: bool, taken_after_ns: u64) -> (StreamSpec, Vec<SyscallEvent>) {
+fn subset_fault_with_switches(hog: bool, taken_from_ns: i64) -> (StreamSpec, Vec<SyscallEvent>) {
     const OTHER_PROCESS: u32 = 999_999;
     with_scheduler_records_on(subset_fault_spec(), move |s, tid, at, tick, ev| {
         let n = at / tick;
-        let next = if at >= fault_start_ns(s) + taken_after_ns && n % 3 == 0 {
+        let taken_from = fault_start_ns(s).saturating_add_signed(taken_from_ns);
+        let next = if at >= taken_from && n % 3 == 0 {
             if hog {
                 OTHER_PROCESS
             } else {
@@ -1227,6 +1228,28 @@ fn on_demand_the_cpu_taken_before_the_alarm_counts() {
     );
     let taken = r.cpu_taken.expect("switch records");
     assert!(taken.taken && taken.share_after > 0.3, "{taken:?}");
+    assert_eq!(
+        (r.verdict, r.decided_by),
+        (Verdict::External, DecisionPath::CpuNeighbour),
+        "{r:#?}"
+    );
+}
+
+/// The share before the onset is the median over the window, not over the last few spans:
+/// when the onset the engine finds comes seconds into a hog (an alarm that comes late is
+/// T0 when nothing earlier is corroborated), the spans right before it already hold the
+/// hog (an Apache hog with the alarm 10 s in: 0.34 over the 15 s before, 0.41 after, read
+/// internal).
+#[test]
+fn a_hog_that_began_before_the_onset_still_took_the_cpu() {
+    let (s, events) = subset_fault_with_switches(true, -9_000_000_000);
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    let taken = r.cpu_taken.expect("switch records name the next task");
+    // 1 in 20 switches before the hog, 1 in 3 under it: the median of the window's
+    // spans is the share before the hog, though the last 9 s held it.
+    assert!(taken.share_before < 0.06, "{taken:?}");
+    assert!(taken.taken, "{taken:?}");
     assert_eq!(
         (r.verdict, r.decided_by),
         (Verdict::External, DecisionPath::CpuNeighbour),
