@@ -822,6 +822,20 @@ impl Target {
         // Threads all still stuck in a call at `to` are stopped at the same time, however
         // far apart their calls crossed the stuck limit (which depends on each thread's
         // baseline): a lock's waiters, whose limits differ by seconds.
+        // Alarms in the wave from each alarm on (each within `corroboration_seconds` of the
+        // one before: a fault's victims trickle in over seconds), in one backward pass.
+        let mut wave = vec![1usize; alarms.len()];
+        for i in (1..alarms.len()).rev() {
+            let joined = matches!(
+                (alarms.get(i - 1), alarms.get(i)),
+                (Some(a), Some(b)) if b.0 - a.0 <= d.corroboration_ns
+            );
+            if let (true, Some(&after)) = (joined, wave.get(i)) {
+                if let Some(w) = wave.get_mut(i - 1) {
+                    *w = after + 1;
+                }
+            }
+        }
         let mut clusters = alarms
             .windows(need)
             .enumerate()
@@ -831,19 +845,7 @@ impl Target {
                 }
                 _ => false,
             })
-            .filter_map(|(i, w)| {
-                // The wave it starts: alarms each within `corroboration_seconds` of the
-                // one before (a fault's victims trickle in over seconds).
-                let wave = alarms.get(i..).unwrap_or_default();
-                let size = 1 + wave
-                    .windows(2)
-                    .take_while(|p| match (p.first(), p.last()) {
-                        (Some(a), Some(b)) => b.0 - a.0 <= d.corroboration_ns,
-                        _ => false,
-                    })
-                    .count();
-                Some((w.first()?.0, size))
-            });
+            .filter_map(|(i, w)| Some((w.first()?.0, wave.get(i).copied().unwrap_or(1))));
         let corroborated = match onset {
             Onset::At(_) => clusters
                 .fold(None, |best: Option<(u64, usize)>, c| match best {
