@@ -1584,14 +1584,18 @@ fn resumed_at(t: &Thread, from: u64, until: u64, d: &Derived) -> u64 {
     // Bins wholly after `from` and still in the ring (older ones read as empty).
     let first = (from / bin + 1).max(kept);
     // `end` is the bin after the current run of empty bins, scanning back from the
-    // alarm's bin: the latest pause long enough wins.
-    let mut end = until / bin;
+    // alarm's bin (at most the ring: later bins read as empty too): the latest pause long
+    // enough wins. Only a pause a call ended is one the thread resumed from: a thread
+    // stuck in the very call that is its alarm is in the pause, not after it.
+    let mut end = (until / bin).min(kept.saturating_add(crate::thread::RING_BINS));
+    let mut ran = t.calls.sum(end, end) != 0;
     let mut b = end;
     while b > first {
         b -= 1;
         if t.calls.sum(b, b) != 0 {
             end = b;
-        } else if end - b >= need {
+            ran = true;
+        } else if ran && end - b >= need {
             return end.saturating_mul(bin).clamp(from, until);
         }
     }
@@ -2074,6 +2078,9 @@ mod tests {
         assert_eq!(resumed_at(&t, 1061 * bin, alarm, &d), 1061 * bin);
         // An alarm at or before `from` leaves it alone.
         assert_eq!(resumed_at(&t, alarm, from, &d), alarm);
+        // A thread stuck since bin 1080 in the call that is its alarm (bin 1095) did not
+        // resume: its σ still counts from the long pause it did resume from.
+        assert_eq!(resumed_at(&t, from, 1095 * bin, &d), 1060 * bin);
         // Bins the ring no longer holds read as empty but are no pause.
         let mut late = t.clone();
         late.calls.add(1000 + 400);

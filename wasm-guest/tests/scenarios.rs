@@ -1259,13 +1259,12 @@ fn a_hog_that_began_before_the_onset_still_took_the_cpu() {
 
 /// On demand, the onset is the start of the largest wave of lasting outliers before the
 /// alarm, not the earliest cluster: a burst on a few threads seconds before a slowdown of
-/// every thread would
-/// otherwise be T0 and make everyone's σ seconds long (MariaDB: two InnoDB workers 4.1 s
-/// before a CPU cap; the six sessions then read σ 4.0–5.2 s, τ 0.44, internal).
+/// every thread would otherwise be T0 and make everyone's σ seconds long (MariaDB: two
+/// InnoDB workers 4.1 s before a CPU cap; the six sessions then read σ 4.0–5.2 s, τ 0.44,
+/// internal).
 #[test]
 fn on_demand_the_onset_is_the_largest_cluster_not_the_earliest() {
-    // Later than the other streams' faults, so the two threads' baselines are ready
-    // for the burst.
+    // Later than the other streams' faults, so the burst's threads have baselines.
     let (burst_at, slowdown_at) = (56.0, 60.0);
     let stream = |at: f64, share: f64| StreamSpec {
         seconds: 75.0,
