@@ -95,7 +95,7 @@ def write_results(path, rows, truths, args, versions, otlp):
         "records, decoded with `perf script` (not committed: they are large).",
         "",
     ]
-    for mode in ("continuous", "on_demand", "alarm_only", "calibrated"):
+    for mode in ("continuous", "on_demand", "alarm_only", "calibrated", "early_alarm"):
         if any(r["mode"] == mode for r in rows):
             lines += [f"## {mode}", "", diagnose.table(rows, mode), ""]
     if live:
@@ -194,7 +194,7 @@ def main():
             if os.path.exists(p):
                 truths.append(json.load(open(p)))
 
-    modes = ("continuous", "on_demand") if args.smoke else ("continuous", "on_demand", "alarm_only")
+    modes = ("continuous", "on_demand") if args.smoke else ("continuous", "on_demand", "alarm_only", "early_alarm")
     rows = diagnose.evaluate(args.bin, cases_root, modes=modes, calibrated=not args.smoke, targets_of=targets_of)
     otlp = None
     if args.otlp_case is None and any(t["case_id"] == "postgres_cpu_cap" for t in truths):
@@ -210,7 +210,7 @@ def main():
         print(f"   OTLP: {otlp}")
     with open(os.path.join(cases_root, "results.json"), "w") as f:
         json.dump({"rows": rows, "live": {t["case_id"]: t.get("live") for t in truths}, "otlp": otlp}, f, indent=1)
-    for mode in ("continuous", "on_demand", "alarm_only", "calibrated"):
+    for mode in ("continuous", "on_demand", "alarm_only", "calibrated", "early_alarm"):
         if any(r["mode"] == mode for r in rows):
             print(f"\n## {mode}\n\n{diagnose.table(rows, mode)}")
     versions = sorted({t.get("app_version", "") for t in truths})

@@ -74,6 +74,13 @@ pub struct Params {
     /// Smallest relative increase of call frequency that can count as an outlier (1.0 = 2×),
     /// so ordinary bursts do not alarm while runaway loops do.
     pub min_frequency_increase: f64,
+    /// Smallest moving average of the time between a thread's calls (its CPU time or wait
+    /// outside calls) that can count as a gap outlier. A pool worker parked in 1-s waits
+    /// leaves microseconds between them, so the first 0.3 ms of real work it picks up is
+    /// "+10,000 %" of that baseline: not a slowdown of anything (measured on MariaDB: an
+    /// InnoDB I/O thread taking over from another made a fault-free run read internal).
+    /// A CPU cap, a hog or a runaway loop stretch gaps to milliseconds.
+    pub min_gap_seconds: f64,
     /// Distinct syscalls tracked per thread (beyond it, calls are counted but not tested).
     pub max_syscalls_per_thread: usize,
     /// Calls a thread must make between the onset and onset + α to count as active (τ's
@@ -183,6 +190,7 @@ impl Default for Params {
             confirm_window_seconds: 1.0,
             min_time_increase: 0.5,
             min_frequency_increase: 1.0,
+            min_gap_seconds: 0.000_5,
             max_syscalls_per_thread: 16,
             min_affected_threads: 2,
             corroboration_seconds: 1.0,
@@ -316,6 +324,12 @@ impl Params {
             if !(v.is_finite() && (0.0..=1000.0).contains(&v)) {
                 return Err(err(key, format!("must be in [0, 1000], got {v}")));
             }
+        }
+        if !(self.min_gap_seconds.is_finite() && (0.0..=60.0).contains(&self.min_gap_seconds)) {
+            return Err(err(
+                "min_gap_seconds",
+                format!("must be in [0, 60], got {}", self.min_gap_seconds),
+            ));
         }
         in_range(
             "max_syscalls_per_thread",

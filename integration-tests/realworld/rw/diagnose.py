@@ -7,7 +7,10 @@ Modes, as in the paper's evaluation:
   recording (the window around the alarm, as a post-mortem would);
 - alarm-only: the same alarm, with only the data up to it (the trace cut at the alarm time, as the
   paper's PerfCompass sees it: the 1.5 minutes before the alarm);
-- calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case.
+- calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case;
+- early_alarm: an alarm 15 s *before* the fault start (or the control's split), on the whole
+  recording: the service was healthy then, so every case must answer `none` (data after an
+  alarm must not answer it with a fault that began later).
 """
 import json
 import os
@@ -16,6 +19,7 @@ import subprocess
 import time
 
 ALARM_AFTER_S = 10.0
+EARLY_ALARM_S = -15.0
 
 
 def split_ns(truth):
@@ -25,7 +29,7 @@ def split_ns(truth):
 def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     """Runs analyze on one case; returns (analysis dict or None, seconds, error text)."""
     trace = os.path.join(case_dir, truth.get("trace_file", "trace.txt.zst"))
-    alarm_ns = int(split_ns(truth) + ALARM_AFTER_S * 1e9)
+    alarm_ns = int(split_ns(truth) + (EARLY_ALARM_S if mode == "early_alarm" else ALARM_AFTER_S) * 1e9)
     cut = mode == "alarm_only"
     cmd = [binary, "analyze", "--input", "perf:-" if cut else f"perf:{trace}", "--format", "json", "--no-progress"]
     for t in targets:
@@ -113,7 +117,8 @@ def row(case, truth, mode, analysis, elapsed, err):
     report, early, delay = pick(analysis, truth, mode)
     verdict = report["verdict"] if report else "none"
     r = report or analysis
-    right = verdict == truth["class"] and not (truth["class"] == "none" and early)
+    expected = "none" if mode == "early_alarm" else truth["class"]
+    right = verdict == expected and not (expected == "none" and early)
     want = SUBSYSTEM_OF_TRUTH.get(truth["subsystem"])
     return base | {
         "verdict": verdict,
@@ -183,6 +188,9 @@ def table(rows, mode):
 
 def summary(rows, mode):
     rs = [r for r in rows if r["mode"] == mode]
+    if mode == "early_alarm":
+        return (f"**{mode}**: alarms 15 s before the fault (or the control's split) answered `none`: "
+                f"{sum(r['right'] for r in rs)}/{len(rs)} (every case)")
     faults = [r for r in rs if r["truth"] != "none" and r["valid"]]
     controls = [r for r in rs if r["truth"] == "none"]
     ext = [r for r in faults if r["truth"] == "external" and r["subsystem_right"] is not None]
