@@ -347,6 +347,13 @@ pub struct Thresholds {
     pub sigma: f32,
     /// Smallest relative increase that can count (0.5 = +50 %).
     pub min_increase: f32,
+    /// Smallest absolute increase over the mean that can count (execution times: a call
+    /// some µs slower makes no request slow; 0 = none).
+    pub min_abs_increase: f32,
+    /// Smallest value that can count at all (gaps: microseconds between a sleeping
+    /// thread's waits grown to a fraction of a millisecond are no slowdown;
+    /// `f32::NEG_INFINITY` = none, as frequencies are negative intervals).
+    pub min_level: f32,
     /// Runs needed within `window_ns`.
     pub runs: usize,
     pub window_ns: u64,
@@ -367,7 +374,11 @@ pub fn increase(x: f32, mean: f32) -> f32 {
 
 /// Whether moving average `x` is an outlier against `r`.
 pub fn is_outlier(x: f32, r: &Reference, th: &Thresholds) -> bool {
-    x > r.mean + th.sigma * r.sd && x > r.hi && increase(x, r.mean) >= th.min_increase
+    x > r.mean + th.sigma * r.sd
+        && x > r.hi
+        && increase(x, r.mean) >= th.min_increase
+        && x - r.mean >= th.min_abs_increase
+        && x >= th.min_level
 }
 
 /// Confirmation state of one series.
@@ -443,6 +454,8 @@ mod tests {
     const TH: Thresholds = Thresholds {
         sigma: 2.0,
         min_increase: 0.5,
+        min_abs_increase: 0.0,
+        min_level: f32::NEG_INFINITY,
         runs: 3,
         window_ns: 1000,
         sustained: 10,
@@ -491,6 +504,18 @@ mod tests {
             hi: 101.0,
         };
         assert!(!is_outlier(120.0, &tight, &TH), "+20 % is below the floor");
+        // The absolute floors: 210 is an outlier by Θ, the max and +110 %, yet 110 over the
+        // mean is under an increase floor of 150 and 210 under a level floor of 250.
+        let abs = Thresholds {
+            min_abs_increase: 150.0,
+            ..TH
+        };
+        assert!(!is_outlier(210.0, &r, &abs) && is_outlier(260.0, &r, &abs));
+        let level = Thresholds {
+            min_level: 250.0,
+            ..TH
+        };
+        assert!(!is_outlier(210.0, &r, &level) && is_outlier(260.0, &r, &level));
         // negated inter-arrivals: mean −100 ns; −40 ns means 2.5× the rate
         let f = Reference {
             mean: -100.0,

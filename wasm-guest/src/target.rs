@@ -99,18 +99,26 @@ struct Derived {
     refractory_ns: u64,
     persistence_ns: u64,
     max_n: f32,
+    /// Execution times (with `min_time_increase_seconds`).
     time_th: Thresholds,
+    /// Gaps between calls: as `time_th`, with `min_gap_seconds` instead.
+    gap_th: Thresholds,
     freq_th: Thresholds,
     max_chans: usize,
-    /// `min_gap_seconds` in ns.
-    gap_floor_ns: f32,
-    /// `min_time_increase_seconds` in ns.
-    time_floor_ns: f32,
 }
 
 impl Derived {
     fn new(p: &Params) -> Self {
         let window_ns = seconds_to_ns(p.window_seconds).max(1);
+        let time_th = Thresholds {
+            sigma: p.outlier_sigma as f32,
+            min_increase: p.min_time_increase as f32,
+            min_abs_increase: (p.min_time_increase_seconds * 1e9) as f32,
+            min_level: f32::NEG_INFINITY,
+            runs: p.confirm_runs,
+            window_ns: seconds_to_ns(p.confirm_window_seconds),
+            sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
+        };
         Self {
             k: p.moving_average_k,
             gap_ns: seconds_to_ns(p.gap_threshold()),
@@ -126,22 +134,17 @@ impl Derived {
                 .max(seconds_to_ns(p.alpha_seconds * 4.0)),
             persistence_ns: seconds_to_ns(p.persistence_seconds),
             max_n: p.baseline_max_samples as f32,
-            gap_floor_ns: (p.min_gap_seconds * 1e9) as f32,
-            time_floor_ns: (p.min_time_increase_seconds * 1e9) as f32,
-            time_th: Thresholds {
-                sigma: p.outlier_sigma as f32,
-                min_increase: p.min_time_increase as f32,
-                runs: p.confirm_runs,
-                window_ns: seconds_to_ns(p.confirm_window_seconds),
-                sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
+            gap_th: Thresholds {
+                min_abs_increase: 0.0,
+                min_level: (p.min_gap_seconds * 1e9) as f32,
+                ..time_th
             },
             freq_th: Thresholds {
-                sigma: p.outlier_sigma as f32,
                 min_increase: p.min_frequency_increase as f32,
-                runs: p.confirm_runs,
-                window_ns: seconds_to_ns(p.confirm_window_seconds),
-                sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
+                min_abs_increase: 0.0,
+                ..time_th
             },
+            time_th,
             max_chans: p.max_syscalls_per_thread,
         }
     }
@@ -1982,10 +1985,18 @@ fn feed(
     if !tested {
         return None;
     }
-    let thr = if frequency { &d.freq_th } else { &d.time_th };
+    // Chosen only past the gate: most calls stop before either use.
+    let thr = || {
+        if frequency {
+            &d.freq_th
+        } else if key == GAP_KEY {
+            &d.gap_th
+        } else {
+            &d.time_th
+        }
+    };
     // Learning touched only the current epochs, so the reference is as it was before.
-    // A gap outlier must also be long in absolute terms (see `Params::min_gap_seconds`).
-    let outlier = may && (key != GAP_KEY || ma >= d.gap_floor_ns) && {
+    let outlier = may && {
         let r = if own {
             // An own usable gate was derived from this record, so it exists (an absent
             // one would read as the default: not usable).
@@ -1994,12 +2005,7 @@ fn feed(
         } else {
             pool_b.usable(d.pool_min_n, d.min_epochs)
         };
-        r.is_some_and(|r| {
-            // An execution time must also have grown by a sizeable absolute amount (see
-            // `Params::min_time_increase_seconds`).
-            detector::is_outlier(ma, &r, thr)
-                && (frequency || key == GAP_KEY || ma - r.mean >= d.time_floor_ns)
-        })
+        r.is_some_and(|r| detector::is_outlier(ma, &r, thr()))
     };
     if !outlier && !series.run {
         // Outside a run a non-outlier leaves the confirmation state as it is.
@@ -2013,7 +2019,7 @@ fn feed(
     Some(
         series
             .confirm(cold.series_mut(frequency))
-            .step(outlier, ts, thr),
+            .step(outlier, ts, thr()),
     )
 }
 
