@@ -354,6 +354,11 @@ pub struct Thresholds {
     /// thread's waits grown to a fraction of a millisecond are no slowdown;
     /// `f32::NEG_INFINITY` = none, as frequencies are negative intervals).
     pub min_level: f32,
+    /// An increase over the mean smaller than this must also be `min_small_increase`
+    /// (execution times: a drift of tens of percent in a sub-millisecond call is no fault;
+    /// 0 = no such tier).
+    pub small_abs_increase: f32,
+    pub min_small_increase: f32,
     /// Runs needed within `window_ns`.
     pub runs: usize,
     pub window_ns: u64,
@@ -379,6 +384,7 @@ pub fn is_outlier(x: f32, r: &Reference, th: &Thresholds) -> bool {
         && increase(x, r.mean) >= th.min_increase
         && x - r.mean >= th.min_abs_increase
         && x >= th.min_level
+        && (x - r.mean >= th.small_abs_increase || increase(x, r.mean) >= th.min_small_increase)
 }
 
 /// Confirmation state of one series.
@@ -456,6 +462,8 @@ mod tests {
         min_increase: 0.5,
         min_abs_increase: 0.0,
         min_level: f32::NEG_INFINITY,
+        small_abs_increase: 0.0,
+        min_small_increase: 0.0,
         runs: 3,
         window_ns: 1000,
         sustained: 10,
@@ -516,6 +524,15 @@ mod tests {
             ..TH
         };
         assert!(!is_outlier(210.0, &r, &level) && is_outlier(260.0, &r, &level));
+        // The small-increase tier: +110 % (110 over the mean) is below a 150 tier and so
+        // needs +120 % (230 has +130 %); 260 (+160) clears the tier itself.
+        let small = Thresholds {
+            small_abs_increase: 150.0,
+            min_small_increase: 1.2,
+            ..TH
+        };
+        assert!(!is_outlier(210.0, &r, &small) && is_outlier(230.0, &r, &small));
+        assert!(is_outlier(260.0, &r, &small));
         // negated inter-arrivals: mean −100 ns; −40 ns means 2.5× the rate
         let f = Reference {
             mean: -100.0,

@@ -99,7 +99,7 @@ struct Derived {
     refractory_ns: u64,
     persistence_ns: u64,
     max_n: f32,
-    /// Execution times (with `min_time_increase_seconds`).
+    /// Execution times (with `min_time_increase_seconds` and the small-increase tier).
     time_th: Thresholds,
     /// Gaps between calls: as `time_th`, with `min_gap_seconds` instead.
     gap_th: Thresholds,
@@ -115,6 +115,8 @@ impl Derived {
             min_increase: p.min_time_increase as f32,
             min_abs_increase: (p.min_time_increase_seconds * 1e9) as f32,
             min_level: f32::NEG_INFINITY,
+            small_abs_increase: (p.small_time_increase_seconds * 1e9) as f32,
+            min_small_increase: p.min_small_time_increase as f32,
             runs: p.confirm_runs,
             window_ns: seconds_to_ns(p.confirm_window_seconds),
             sustained: (2 * p.moving_average_k).min(u16::MAX as usize) as u16,
@@ -137,11 +139,13 @@ impl Derived {
             gap_th: Thresholds {
                 min_abs_increase: 0.0,
                 min_level: (p.min_gap_seconds * 1e9) as f32,
+                small_abs_increase: 0.0,
                 ..time_th
             },
             freq_th: Thresholds {
                 min_increase: p.min_frequency_increase as f32,
                 min_abs_increase: 0.0,
+                small_abs_increase: 0.0,
                 ..time_th
             },
             time_th,
