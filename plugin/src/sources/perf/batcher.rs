@@ -176,15 +176,26 @@ impl Batcher {
 
     /// The main thread's name is the process name; it changes on `exec`, and events before
     /// and after must not share a batch (the router may match only one of the names).
+    /// Until the main thread shows up (a server's main thread may sleep in `accept` for the
+    /// whole trace), the first thread seen names the process — unless the kernel named that
+    /// thread: the first ordinary thread then names it, for the events held too, since
+    /// they are the same process's (measured: a MariaDB trace that began with io_uring
+    /// workers' records made `--target mariadbd` match nothing).
     fn rename_if_needed(&mut self, idx: usize, comm: &[u8], leader: bool) {
         let Some(group) = self.groups.get(idx) else {
             return;
         };
-        let same = group.process.comm.as_deref().map(str::as_bytes) == Some(comm);
-        if same || !leader {
+        let current = group.process.comm.as_deref().map(str::as_bytes);
+        if current == Some(comm) {
             return;
         }
-        self.flush_group(idx);
+        let provisional = current.is_some_and(kernel_named) && !kernel_named(comm);
+        if !leader && !provisional {
+            return;
+        }
+        if !provisional {
+            self.flush_group(idx);
+        }
         if let Some(group) = self.groups.get_mut(idx) {
             group.process.comm = Some(String::from_utf8_lossy(comm).into_owned());
         }
@@ -201,6 +212,12 @@ impl Batcher {
         });
         self.groups.len() - 1
     }
+}
+
+/// Threads the kernel creates in a process and names itself (io_uring's workers and
+/// submission threads): their names are not the process's.
+fn kernel_named(comm: &[u8]) -> bool {
+    comm.starts_with(b"iou-wrk-") || comm.starts_with(b"iou-sqp-")
 }
 
 #[cfg(test)]
@@ -274,6 +291,28 @@ mod tests {
             .map(|b| b.process.comm.clone().unwrap_or_default())
             .collect();
         assert_eq!(names, vec!["sh", "ls"]);
+    }
+
+    #[test]
+    fn a_kernel_named_worker_does_not_name_the_process() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats);
+        let thread = |comm| Owner::Pid {
+            pid: 5,
+            comm,
+            leader: false,
+        };
+        // An io_uring worker first, then the server's own threads (the main thread never
+        // shows): one batch, under the server's name; a later worker changes nothing.
+        b.push(thread(b"iou-wrk-9"), ev(5, 9, 1));
+        b.push(thread(b"mariadbd"), ev(5, 7, 2));
+        b.push(thread(b"iou-wrk-9"), ev(5, 9, 3));
+        // A thread that renamed itself does not rename the process either.
+        b.push(thread(b"worker-1"), ev(5, 8, 4));
+        let batches = drain(&mut b);
+        assert_eq!(batches.len(), 1);
+        assert_eq!(batches[0].process.comm.as_deref(), Some("mariadbd"));
+        assert_eq!(batches[0].events.len(), 4);
     }
 
     #[test]
