@@ -358,6 +358,8 @@ pub struct Thresholds {
     /// (execution times: a drift of tens of percent in a sub-millisecond call is no fault;
     /// 0 = no such tier).
     pub small_abs_increase: f32,
+    /// Smallest relative increase that counts under `small_abs_increase` (1.0 = twice the
+    /// mean).
     pub min_small_increase: f32,
     /// Runs needed within `window_ns`.
     pub runs: usize,
@@ -379,12 +381,13 @@ pub fn increase(x: f32, mean: f32) -> f32 {
 
 /// Whether moving average `x` is an outlier against `r`.
 pub fn is_outlier(x: f32, r: &Reference, th: &Thresholds) -> bool {
-    x > r.mean + th.sigma * r.sd
-        && x > r.hi
-        && increase(x, r.mean) >= th.min_increase
-        && x - r.mean >= th.min_abs_increase
-        && x >= th.min_level
-        && (x - r.mean >= th.small_abs_increase || increase(x, r.mean) >= th.min_small_increase)
+    if !(x > r.mean + th.sigma * r.sd && x > r.hi && x >= th.min_level) {
+        return false;
+    }
+    let (rel, abs) = (increase(x, r.mean), x - r.mean);
+    rel >= th.min_increase
+        && abs >= th.min_abs_increase
+        && (abs >= th.small_abs_increase || rel >= th.min_small_increase)
 }
 
 /// Confirmation state of one series.
