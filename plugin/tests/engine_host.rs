@@ -7,13 +7,13 @@ use std::sync::Arc;
 use faultline::engine_host::{EngineHost, EngineKind, HostConfig, HostError, NativeHost, WasmHost};
 use faultline::pipeline::telemetry::Telemetry;
 use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
-use faultline_engine::{Params, SyscallEvent};
+use faultline_engine::{EventKind, Params, PerfCounters, SyscallEvent};
 use serde_json::{json, Value};
 
 const BATCH: usize = 4096;
 
 fn stream(shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent> {
-    generate(&StreamSpec {
+    let mut events: Vec<SyscallEvent> = generate(&StreamSpec {
         threads: 32,
         seconds: 30.0,
         calls_per_thread_per_second: 80.0,
@@ -22,7 +22,20 @@ fn stream(shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent> {
         fault: Some(fault),
         ..StreamSpec::default()
     })
-    .collect()
+    .collect();
+    // Counters on some completed calls, so the batches' perf blocks (written in the same
+    // pass as the records) cross the sandbox too.
+    for (i, e) in events.iter_mut().enumerate() {
+        if i % 7 == 3 && e.kind == EventKind::Complete {
+            e.perf = Some(PerfCounters {
+                cycles: e.duration_ns * 3,
+                instructions: e.duration_ns * (1 + i as u64 % 4),
+                cache_misses: e.duration_ns / 50,
+                context_switches: u64::from(i % 11 == 0),
+            });
+        }
+    }
+    events
 }
 
 /// Everything observable from one host on one stream, serialized for comparison.

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use faultline_engine::abi::batch::{checked_encoded_len, encode_batch_into};
+use faultline_engine::abi::batch::{encode_batch_prefix, max_encoded_len};
 use faultline_engine::abi::{Status, TargetParams, ABI_VERSION};
 use faultline_engine::report::{Calibration, EngineCounters};
 use faultline_engine::{Params, Report, SyscallEvent};
@@ -169,8 +169,8 @@ impl Guest {
     /// The guest's argument buffer as `bytes` bytes of guest memory to fill in place:
     /// an event batch is encoded straight into it rather than into a host buffer first
     /// (that copy was a tenth of the host-side time per event).
-    fn arg_slice(&mut self, bytes: usize) -> Result<(u32, u32, &mut [u8]), CallFail> {
-        let (ptr, len) = self.arg_buffer(bytes)?;
+    fn arg_slice(&mut self, bytes: usize) -> Result<(u32, &mut [u8]), CallFail> {
+        let (ptr, _) = self.arg_buffer(bytes)?;
         let start = ptr as usize;
         let slice = self
             .memory
@@ -181,7 +181,7 @@ impl Guest {
                     "guest argument buffer {start}+{bytes} lies outside its memory"
                 ))
             })?;
-        Ok((ptr, len, slice))
+        Ok((ptr, slice))
     }
 
     /// The guest's argument buffer, grown (by the guest's allocator) to hold `bytes`:
@@ -486,15 +486,18 @@ impl EngineHost for WasmHost {
     }
 
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
-        let bytes =
-            checked_encoded_len(target, events).map_err(|e| HostError::Encode(e.to_string()))?;
+        // Room for the largest encoding, so the batch is encoded in one pass.
+        let room = max_encoded_len(target, events).map_err(|e| HostError::Encode(e.to_string()))?;
         self.call("ingest", |g| {
-            let (p, l, buf) = g.arg_slice(bytes)?;
-            encode_batch_into(target, events, buf).map_err(|e| CallFail::Status {
+            let (p, buf) = g.arg_slice(room)?;
+            let bad = |message: String| CallFail::Status {
                 status: "bad_argument",
-                message: e.to_string(),
-            })?;
-            let code = g.fx.ingest.call(&mut g.store, (p, l))?;
+                message,
+            };
+            let len = encode_batch_prefix(target, events, buf).map_err(|e| bad(e.to_string()))?;
+            // At most `room`, which `arg_slice` checked fits a u32.
+            let len = u32::try_from(len).map_err(|e| bad(e.to_string()))?;
+            let code = g.fx.ingest.call(&mut g.store, (p, len))?;
             g.check(code)
         })
     }
