@@ -55,9 +55,10 @@ fn key_hits(keys: &[u16; INLINE_KEYS], key: u16) -> u32 {
         use std::arch::wasm32::*;
         let p = keys.as_ptr().cast::<v128>();
         let k = u16x8_splat(key);
-        let lo = u32::from(u16x8_bitmask(u16x8_eq(v128_load(p), k)));
-        let hi = u32::from(u16x8_bitmask(u16x8_eq(v128_load(p.add(1)), k)));
-        lo | (hi << 8)
+        let lo = u16x8_eq(v128_load(p), k);
+        let hi = u16x8_eq(v128_load(p.add(1)), k);
+        // Equal lanes are -1: narrowed to bytes, one mask bit per key, in key order.
+        u32::from(i8x16_bitmask(i8x16_narrow_i16x8(lo, hi)))
     }
     #[cfg(not(any(
         target_arch = "x86_64",
