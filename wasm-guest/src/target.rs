@@ -66,16 +66,14 @@ const NEIGHBOUR_MIN_SWITCHES_PER_SECOND: f64 = 5.0;
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
 const INDEX_AHEAD: usize = 16;
-/// Threads from which a target's state outgrows the caches and prefetching pays. Never
-/// in the WASM guest, which has no prefetch instruction: its stand-in, a volatile load
-/// per hint, stalled retirement on every miss (24 Nov, 3 interleaved runs, WASM without
-/// vs with it: 10k threads bursty enter/exit +19 %, LTTng `many-threads` +10 %, 1,000
-/// threads uniform +12 %, 10k uniform complete calls ±0, MariaDB trace ±0).
-const PREFETCH_MIN_THREADS: usize = if cfg!(target_arch = "wasm32") {
-    usize::MAX
-} else {
-    256
-};
+/// Threads from which a target's state outgrows the caches and prefetching pays.
+const PREFETCH_MIN_THREADS: usize = 256;
+/// Whether the ingest loop prefetches at all: not in the WASM guest, which has no
+/// prefetch instruction. Its stand-in, a volatile load per hint, stalled retirement on
+/// every miss (24 Nov, 3 interleaved runs, WASM without vs with it: 10k threads bursty
+/// enter/exit +19 %, LTTng `many-threads` +10 %, 1,000 threads uniform +12 %, 10k uniform
+/// complete calls ±0, MariaDB trace ±0). A constant, so the guest's loop has no trace of it.
+const PREFETCH: bool = !cfg!(target_arch = "wasm32");
 const FAR: usize = 8;
 const NEAR: usize = 4;
 
@@ -301,7 +299,10 @@ impl Target {
         // Staged prefetch: the tid index line `INDEX_AHEAD` events ahead, the thread
         // record `FAR` ahead, then (once that is in cache) the channels and counters the call `NEAR` events ahead will touch.
         let mut ahead = [u32::MAX; FAR];
-        if self.threads.len() >= PREFETCH_MIN_THREADS {
+        // Only worth it when the threads' state cannot stay in cache: with a few dozen
+        // threads the hints cost more than they save.
+        let prefetch = PREFETCH && self.threads.len() >= PREFETCH_MIN_THREADS;
+        if prefetch {
             for ev in events.iter().take(INDEX_AHEAD) {
                 self.index.prefetch(ev.tid);
             }
@@ -312,9 +313,6 @@ impl Target {
                 self.prefetch_call(events.get(j), j, &ahead);
             }
         }
-        // Only worth it when the threads' state cannot stay in cache: with a few dozen
-        // threads the hints cost more than they save.
-        let prefetch = self.threads.len() >= PREFETCH_MIN_THREADS;
         for (i, ev) in events.iter().enumerate() {
             // The slot stage 1 found for this event (read before stage 1 reuses the entry).
             let hint = ahead.get(i % FAR).copied().unwrap_or(u32::MAX);
