@@ -12,11 +12,11 @@ use serde_json::{json, Value};
 
 const BATCH: usize = 4096;
 
-fn stream(shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent> {
+fn stream(threads: u32, shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent> {
     let mut events: Vec<SyscallEvent> = generate(&StreamSpec {
-        threads: 32,
+        threads,
         seconds: 30.0,
-        calls_per_thread_per_second: 80.0,
+        calls_per_thread_per_second: 2560.0 / f64::from(threads),
         seed: 11,
         shape,
         fault: Some(fault),
@@ -94,10 +94,10 @@ fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
     }
 }
 
-fn compare(shape: EventShape, fault: FaultSpec) {
+fn compare(threads: u32, shape: EventShape, fault: FaultSpec) {
     let start_ns = StreamSpec::default().start_ns;
     let fault_at = start_ns + (fault.start_seconds * 1e9) as u64;
-    let events = stream(shape, fault);
+    let events = stream(threads, shape, fault);
     assert!(events.len() > 50_000);
     let telemetry = Arc::new(Telemetry::default());
     let mut native = NativeHost::new(Params::default()).unwrap();
@@ -138,6 +138,7 @@ fn compare(shape: EventShape, fault: FaultSpec) {
 #[test]
 fn native_and_wasm_agree_on_an_environment_fault_complete_shape() {
     compare(
+        32,
         EventShape::Complete,
         FaultSpec {
             start_seconds: 15.0,
@@ -153,6 +154,7 @@ fn native_and_wasm_agree_on_an_environment_fault_complete_shape() {
 #[test]
 fn native_and_wasm_agree_on_a_software_fault_enter_exit_shape() {
     compare(
+        32,
         EventShape::EnterExit,
         FaultSpec {
             start_seconds: 15.0,
@@ -160,6 +162,25 @@ fn native_and_wasm_agree_on_a_software_fault_enter_exit_shape() {
             onset_spread_seconds: 8.0,
             duration_multiplier: 6.0,
             rate_multiplier: 3.0,
+            scope: FaultScope::AllSyscalls,
+        },
+    );
+}
+
+/// Hundreds of threads, each event of another thread than the one before: the native
+/// engine prefetches a few events ahead, the guest touches each group of events first
+/// (`Target::touch_group`); neither may change a result.
+#[test]
+fn native_and_wasm_agree_with_hundreds_of_interleaved_threads() {
+    compare(
+        400,
+        EventShape::Complete,
+        FaultSpec {
+            start_seconds: 15.0,
+            affected_fraction: 0.95,
+            onset_spread_seconds: 0.2,
+            duration_multiplier: 8.0,
+            rate_multiplier: 1.0,
             scope: FaultScope::AllSyscalls,
         },
     );

@@ -4,11 +4,14 @@
 //! cache; the loop looks a few events ahead and asks for those records early so the
 //! memory latencies overlap instead of adding up. A hint never changes a result.
 //!
-//! On x86_64 a hint is `PREFETCHT0`. wasm32 has no prefetch instruction, and the
-//! stand-in tried before (a volatile one-byte read of the line) is a real load: a miss
-//! holds retirement until the line arrives, so in the WASM guest the staged hints cost
-//! more than they saved (a target there never enables them, see `PREFETCH_MIN_THREADS`
-//! in `target.rs`) and a hint is a no-op. Hints take references (always in bounds).
+//! On x86_64 a hint is `PREFETCHT0`. wasm32 has no prefetch instruction, so there a
+//! hint is a volatile one-byte read of the line: the value is discarded, but it is a
+//! real load, and a miss holds retirement until the line arrives. Spread among the
+//! analysis of each event (the native loop's staged hints) such loads stalled the guest;
+//! issued back to back for a group of events, their misses overlap like prefetches (see
+//! `Target::touch_group`). That is why hints take references (always in bounds, so the
+//! read cannot trap) rather than raw addresses, and read bytes as `MaybeUninit`
+//! (padding bytes may be uninitialised).
 
 /// Bytes of a cache line on the targets we run on.
 const LINE: usize = 64;
@@ -23,7 +26,13 @@ fn fetch(p: *const u8) {
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "wasm32")]
+    // SAFETY: `p` points inside a live allocation (see the callers), and a
+    // `MaybeUninit<u8>` may be read from any byte, initialised or not.
+    unsafe {
+        let _ = std::ptr::read_volatile(p as *const std::mem::MaybeUninit<u8>);
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     let _ = p;
 }
 

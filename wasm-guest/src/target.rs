@@ -68,12 +68,23 @@ const NEIGHBOUR_MIN_SWITCHES_PER_SECOND: f64 = 5.0;
 const INDEX_AHEAD: usize = 16;
 /// Threads from which a target's state outgrows the caches and prefetching pays.
 const PREFETCH_MIN_THREADS: usize = 256;
-/// Whether the ingest loop prefetches at all: not in the WASM guest, which has no
-/// prefetch instruction. Its stand-in, a volatile load per hint, stalled retirement on
-/// every miss (24 Nov, 3 interleaved runs, WASM without vs with it: 10k threads bursty
-/// enter/exit +19 %, LTTng `many-threads` +10 %, 1,000 threads uniform +12 %, 10k uniform
-/// complete calls ±0, MariaDB trace ±0). A constant, so the guest's loop has no trace of it.
+/// Whether the ingest loop prefetches a few events ahead: not in the WASM guest, which
+/// has no prefetch instruction. Its stand-in, a volatile load per hint, stalled
+/// retirement on every miss when spread among the events' analysis (24 Nov, 3
+/// interleaved runs, WASM without vs with it: 10k threads bursty enter/exit +19 %, LTTng
+/// `many-threads` +10 %, 1,000 threads uniform +12 %, 10k uniform complete calls ±0,
+/// MariaDB trace ±0). A constant, so the guest's loop has no trace of it.
 const PREFETCH: bool = !cfg!(target_arch = "wasm32");
+/// Whether the ingest loop instead touches each group of `FAR` events' state before
+/// analysing them (the WASM guest; see [`Target::touch_group`]), in batches where almost
+/// every event is of another thread than the one before ([`GROUP_MIN_CHANGES`]).
+const GROUPED: bool = cfg!(target_arch = "wasm32");
+/// Share of consecutive events of different threads, in tenths, from which a batch's
+/// events are touched in groups: below it runs of one thread keep its state in cache
+/// and the touches cost more than they save (measured, WASM, 10k threads: touches on
+/// every batch gave uniform complete calls +25 %, but bursty enter/exit −15 %, LTTng
+/// `many-threads` −9 %).
+const GROUP_MIN_CHANGES: usize = 9;
 const FAR: usize = 8;
 const NEAR: usize = 4;
 
@@ -296,13 +307,26 @@ impl Target {
     /// Feeds one batch; returns the cadence reports that became due.
     pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
-        // Staged prefetch: the tid index line `INDEX_AHEAD` events ahead, the thread
-        // record `FAR` ahead, then (once that is in cache) the channels and counters the call `NEAR` events ahead will touch.
+        // The slots stage 1 of the prefetch found, by event index modulo `FAR`.
         let mut ahead = [u32::MAX; FAR];
+        let grouped = GROUPED
+            && self.threads.len() >= PREFETCH_MIN_THREADS
+            && events.windows(2).filter(|w| w[0].tid != w[1].tid).count() * 10
+                >= events.len() * GROUP_MIN_CHANGES;
+        if grouped {
+            for group in events.chunks(FAR) {
+                self.touch_group(group, &mut ahead);
+                self.ingest_run(group, &mut ahead, false, &mut due, c);
+            }
+            return due;
+        }
         // Only worth it when the threads' state cannot stay in cache: with a few dozen
         // threads the hints cost more than they save.
         let prefetch = PREFETCH && self.threads.len() >= PREFETCH_MIN_THREADS;
         if prefetch {
+            // Staged prefetch: the tid index line `INDEX_AHEAD` events ahead, the thread
+            // record `FAR` ahead, then (once that is in cache) the channels and counters
+            // the call `NEAR` events ahead will touch.
             for ev in events.iter().take(INDEX_AHEAD) {
                 self.index.prefetch(ev.tid);
             }
@@ -313,6 +337,22 @@ impl Target {
                 self.prefetch_call(events.get(j), j, &ahead);
             }
         }
+        self.ingest_run(events, &mut ahead, prefetch, &mut due, c);
+        due
+    }
+
+    /// The per-event loop of [`Target::ingest`] over `events` (the batch, or one group of
+    /// it), with the staged prefetch when `prefetch`. Called from two places in the WASM
+    /// guest, so not inlined there: one copy of the loop, with no call in it.
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    fn ingest_run(
+        &mut self,
+        events: &[SyscallEvent],
+        ahead: &mut [u32; FAR],
+        prefetch: bool,
+        due: &mut Vec<Report>,
+        c: &mut EngineCounters,
+    ) {
         for (i, ev) in events.iter().enumerate() {
             // The slot stage 1 found for this event (read before stage 1 reuses the entry).
             let hint = ahead.get(i % FAR).copied().unwrap_or(u32::MAX);
@@ -324,8 +364,8 @@ impl Target {
                 if let Some(e) = events.get(i + INDEX_AHEAD) {
                     self.index.prefetch(e.tid);
                 }
-                self.prefetch_thread(events.get(i + FAR), i + FAR, &mut ahead);
-                self.prefetch_call(events.get(i + NEAR), i + NEAR, &ahead);
+                self.prefetch_thread(events.get(i + FAR), i + FAR, ahead);
+                self.prefetch_call(events.get(i + NEAR), i + NEAR, ahead);
             }
             if self.first_ns.is_none() {
                 self.first_ns = Some(ev.ts_ns);
@@ -335,12 +375,29 @@ impl Target {
             // (Tested here, looped in `ticks_before`: no inner loop per event, which in the
             // WASM guest would be an epoch check per event.)
             if self.next_tick_ns.is_some_and(|t| ev.ts_ns >= t) {
-                self.ticks_before(ev.ts_ns, &mut due, c);
+                self.ticks_before(ev.ts_ns, due, c);
             }
             self.now_ns = self.now_ns.max(ev.ts_ns);
             self.ingest_one(ev, hint, c);
         }
-        due
+    }
+
+    /// The WASM guest's stand-in for the staged prefetch: the three stages for a group
+    /// of at most `FAR` events, one stage at a time over the group, before they are
+    /// analysed. A hint there is a load that holds retirement until its line arrives
+    /// (see [`crate::prefetch`]); issued back to back, a group's misses overlap instead
+    /// of adding up.
+    #[inline(never)]
+    fn touch_group(&self, group: &[SyscallEvent], ahead: &mut [u32; FAR]) {
+        for e in group {
+            self.index.prefetch(e.tid);
+        }
+        for (j, e) in group.iter().enumerate() {
+            self.prefetch_thread(Some(e), j, ahead);
+        }
+        for (j, e) in group.iter().enumerate() {
+            self.prefetch_call(Some(e), j, ahead);
+        }
     }
 
     /// Evaluates the cadence ticks at or before `ts` (an event's time), in order.
