@@ -135,20 +135,21 @@ fn compare(threads: u32, shape: EventShape, fault: FaultSpec) {
     );
 }
 
+/// A slowdown of almost every thread at once, 15 s in.
+fn environment_fault() -> FaultSpec {
+    FaultSpec {
+        start_seconds: 15.0,
+        affected_fraction: 0.95,
+        onset_spread_seconds: 0.2,
+        duration_multiplier: 8.0,
+        rate_multiplier: 1.0,
+        scope: FaultScope::AllSyscalls,
+    }
+}
+
 #[test]
 fn native_and_wasm_agree_on_an_environment_fault_complete_shape() {
-    compare(
-        32,
-        EventShape::Complete,
-        FaultSpec {
-            start_seconds: 15.0,
-            affected_fraction: 0.95,
-            onset_spread_seconds: 0.2,
-            duration_multiplier: 8.0,
-            rate_multiplier: 1.0,
-            scope: FaultScope::AllSyscalls,
-        },
-    );
+    compare(32, EventShape::Complete, environment_fault());
 }
 
 #[test]
@@ -172,18 +173,7 @@ fn native_and_wasm_agree_on_a_software_fault_enter_exit_shape() {
 /// (`Target::touch_group`); neither may change a result.
 #[test]
 fn native_and_wasm_agree_with_hundreds_of_interleaved_threads() {
-    compare(
-        400,
-        EventShape::Complete,
-        FaultSpec {
-            start_seconds: 15.0,
-            affected_fraction: 0.95,
-            onset_spread_seconds: 0.2,
-            duration_multiplier: 8.0,
-            rate_multiplier: 1.0,
-            scope: FaultScope::AllSyscalls,
-        },
-    );
+    compare(400, EventShape::Complete, environment_fault());
 }
 
 #[test]
