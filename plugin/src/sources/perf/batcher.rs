@@ -274,15 +274,19 @@ mod tests {
         assert_eq!(sizes, vec![MAX_BATCH_EVENTS, MAX_BATCH_EVENTS, 5]);
     }
 
-    #[test]
-    fn exec_renames_start_a_new_batch() {
-        let stats = Arc::new(SourceStats::new("perf"));
-        let mut b = Batcher::new("perf", stats);
-        let owner = |comm| Owner::Pid {
+    /// An event of process 5, from its main thread (`leader`) or another one.
+    fn pid5(comm: &[u8], leader: bool) -> Owner<'_> {
+        Owner::Pid {
             pid: 5,
             comm,
-            leader: true,
-        };
+            leader,
+        }
+    }
+
+    #[test]
+    fn exec_renames_start_a_new_batch() {
+        let mut b = Batcher::new("perf", Arc::new(SourceStats::new("perf")));
+        let owner = |comm| pid5(comm, true);
         b.push(owner(b"sh"), ev(5, 5, 1));
         b.push(owner(b"ls"), ev(5, 5, 2));
         let batches = drain(&mut b);
@@ -295,13 +299,8 @@ mod tests {
 
     #[test]
     fn a_kernel_named_worker_does_not_name_the_process() {
-        let stats = Arc::new(SourceStats::new("perf"));
-        let mut b = Batcher::new("perf", stats);
-        let thread = |comm| Owner::Pid {
-            pid: 5,
-            comm,
-            leader: false,
-        };
+        let mut b = Batcher::new("perf", Arc::new(SourceStats::new("perf")));
+        let thread = |comm| pid5(comm, false);
         // An io_uring worker first, then the server's own threads (the main thread never
         // shows): one batch, under the server's name; a later worker changes nothing.
         b.push(thread(b"iou-wrk-9"), ev(5, 9, 1));
