@@ -175,7 +175,7 @@ mod lttng {
                         *out.entry(id.name().to_string()).or_insert(0) += 1;
                     }
                 }
-                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu => {}
+                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {}
             }
         }
         out

@@ -155,6 +155,7 @@ fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
             EventKind::Complete => "complete",
             EventKind::OnCpu => "on_cpu",
             EventKind::OffCpu => "off_cpu",
+            EventKind::Lost => "lost",
         };
         *m.entry((half, e.syscall)).or_insert(0) += 1;
     }
@@ -179,7 +180,7 @@ fn pair(batches: &[EventBatch]) -> (u64, u64) {
                     }
                 }
             }
-            EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu => {}
+            EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {}
         }
     }
     (completed, mismatched)

@@ -15,7 +15,7 @@ use faultline::sources::perf::live::{
 use faultline::sources::perf::{PerfScriptReader, PerfTraceReader};
 use faultline::sources::{BatchReader, MAX_BATCH_EVENTS};
 use faultline_engine::syscalls::Arch;
-use faultline_engine::{EventKind, SyscallId};
+use faultline_engine::{Engine, EventKind, Params, SyscallEvent, SyscallId};
 use proptest::prelude::*;
 
 fn data(name: &str) -> PathBuf {
@@ -31,6 +31,24 @@ fn drain(reader: &mut dyn BatchReader) -> Vec<EventBatch> {
         out.push(b);
     }
     out
+}
+
+/// Trace events in `batches` (not the loss markers the reader adds).
+fn traced(batches: &[EventBatch]) -> u64 {
+    batches
+        .iter()
+        .flat_map(|b| &b.events)
+        .filter(|e| e.kind != EventKind::Lost)
+        .count() as u64
+}
+
+/// Loss markers in `batches`.
+fn markers(batches: &[EventBatch]) -> u64 {
+    batches
+        .iter()
+        .flat_map(|b| &b.events)
+        .filter(|e| e.kind == EventKind::Lost)
+        .count() as u64
 }
 
 fn read_script(path: &Path) -> (Vec<EventBatch>, Arc<SourceStats>) {
@@ -74,6 +92,7 @@ fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallI
                 EventKind::Complete => "complete",
                 EventKind::OnCpu => "on_cpu",
                 EventKind::OffCpu => "off_cpu",
+                EventKind::Lost => "lost",
             };
             *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
         }
@@ -454,7 +473,7 @@ fn live_perf_overrun_is_counted_as_kernel_lost() {
     assert_eq!(stats.decode_errors(), 0);
     let lost = stats.dropped(DropReason::KernelLost);
     assert_eq!(lost, r.lost_events());
-    let arrived: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
+    let arrived = traced(&batches);
     // One read and one write per byte, an enter and an exit sample each, plus startup.
     let traced_at_least = 4 * u64::from(LOSSY_BYTES);
     let traced_at_most = traced_at_least + 2_000;
@@ -513,7 +532,48 @@ fn recorded_overrun_accounts_for_every_sample() {
     let batches = drain(&mut r);
     assert_eq!(stats.decode_errors(), 0);
     let lost = stats.dropped(DropReason::KernelLost);
-    let arrived: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
+    let arrived = traced(&batches);
+    // Each loss record in the stream marks `dd`'s events (the only process traced) unless
+    // none came since the previous one; none is invented.
+    let records = String::from_utf8_lossy(&script.stdout)
+        .matches("PERF_RECORD_LOST")
+        .count() as u64;
+    let marked = markers(&batches);
+    assert!(
+        marked <= records,
+        "{marked} markers for {records} loss records"
+    );
+    assert_eq!(
+        marked > 0,
+        records > 0,
+        "{marked} markers for {records} loss records"
+    );
+    // The engine takes every marker as a loss report, and drops the exits after a loss
+    // whose entry came before it. Without the markers those exits make calls that never
+    // happened (an earlier entry with a later call's exit) or mismatched pairs.
+    let analyse = |with_markers: bool| {
+        let mut engine = Engine::new(Params::default()).unwrap();
+        for b in &batches {
+            let events: Vec<SyscallEvent> = b
+                .events
+                .iter()
+                .filter(|e| with_markers || e.kind != EventKind::Lost)
+                .copied()
+                .collect();
+            engine.ingest("dd", &events);
+        }
+        engine.counters()
+    };
+    let (told, silent) = (analyse(true), analyse(false));
+    assert_eq!(told.loss_reports, marked);
+    let spurious = (silent.calls - told.calls) + (silent.unmatched_exits - told.unmatched_exits);
+    assert!(spurious <= told.pairs_across_loss, "{told:?} vs {silent:?}");
+    if marked >= 100 {
+        assert!(
+            spurious > 0,
+            "{marked} losses and no pair across one: {told:?}"
+        );
+    }
     let Some(processed) = processed else {
         // No tally on stderr. perf kept up (a fast, idle machine): then neither may we
         // count a loss, and every read and write of `dd` must have arrived. Or perf

@@ -35,6 +35,13 @@ pub enum EventKind {
     /// knows it (see [`SyscallEvent::switched_in`]): whether the CPU went idle, to another
     /// thread of the target, or to another process.
     OffCpu,
+    /// Not a call: the source reports that records were lost before `ts_ns` (perf's
+    /// `PERF_RECORD_LOST`, a ring-buffer overrun); `tid` and `syscall` are ignored. The
+    /// loss may have taken an exit and the next entry of any thread, so an exit after
+    /// it must not pair with an entry before it (that "call" would span the loss), and a
+    /// thread's next call after it starts a new execution unit (its gap and inter-arrival
+    /// times would span the loss too). See [`SyscallEvent::lost`].
+    Lost,
 }
 
 /// Hardware/software counters sampled with a call, when the source has them.
@@ -142,6 +149,23 @@ impl SyscallEvent {
         Self {
             duration_ns: u64::from(next_tid) + 1,
             ..Self::off_cpu(pid, tid, ts_ns, preempted)
+        }
+    }
+
+    /// A report that records of process `pid` may have been lost before `ts_ns` (see
+    /// [`EventKind::Lost`]): without it, a lost exit and a lost entry of the same
+    /// syscall on a thread pair its earlier entry with its later exit, one long call
+    /// that never happened.
+    pub fn lost(pid: u32, ts_ns: u64) -> Self {
+        Self {
+            pid,
+            tid: 0,
+            syscall: SyscallId::UNKNOWN,
+            kind: EventKind::Lost,
+            ts_ns,
+            duration_ns: 0,
+            ret: None,
+            perf: None,
         }
     }
 

@@ -8,7 +8,9 @@
 //! * `lost_enters`: an exit arrives with nothing pending (its entry was lost);
 //! * `unmatched_exits`: an exit names a different syscall than the pending entry;
 //! * `duplicate_records`: the same record seen twice (same syscall, kind and time);
-//! * `out_of_order`: a record older than what the thread already reported.
+//! * `out_of_order`: a record older than what the thread already reported;
+//! * `pairs_across_loss`: an exit whose entry came before a reported loss of records
+//!   ([`EventKind::Lost`]), so it may be a later call's exit.
 //!
 //! Generic exits (`syscall == UNKNOWN`, e.g. old LTTng `exit_syscall`) take the pending
 //! entry's syscall.
@@ -48,8 +50,21 @@ impl Pairer {
     /// Feeds one record; returns the completed call, if this record finished one.
     #[inline]
     pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
+        self.feed_after_loss(ev, 0, c)
+    }
+
+    /// [`Pairer::feed`] when records were last reported lost at `loss_ns` (0: never): an
+    /// exit whose entry came before that is dropped (counted), not paired, because the
+    /// loss may have taken this call's exit and a later call's entry.
+    #[inline]
+    pub fn feed_after_loss(
+        &mut self,
+        ev: &SyscallEvent,
+        loss_ns: u64,
+        c: &mut EngineCounters,
+    ) -> Option<Call> {
         // Not a call half: it must not look like a duplicate or separate a pair.
-        if ev.is_scheduling() {
+        if ev.is_scheduling() || ev.kind == EventKind::Lost {
             return None;
         }
         if self.last_kind == Some(ev.kind)
@@ -82,12 +97,16 @@ impl Pairer {
                 });
                 None
             }
-            EventKind::OnCpu | EventKind::OffCpu => None,
+            EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => None,
             EventKind::Exit => {
                 let Some(p) = self.pending.take() else {
                     c.lost_enters += 1;
                     return None;
                 };
+                if p.enter_ns < loss_ns {
+                    c.pairs_across_loss += 1;
+                    return None;
+                }
                 if ev.syscall != SyscallId::UNKNOWN
                     && p.syscall != SyscallId::UNKNOWN
                     && ev.syscall != p.syscall
@@ -169,5 +188,23 @@ mod tests {
         // out of order record
         p.feed(&SyscallEvent::enter(1, 1, R, 50), &mut c);
         assert_eq!(c.out_of_order, 1);
+    }
+
+    #[test]
+    fn an_exit_does_not_pair_with_an_entry_before_a_reported_loss() {
+        let mut p = Pairer::default();
+        let mut c = EngineCounters::default();
+        p.feed_after_loss(&SyscallEvent::enter(1, 1, R, 100), 0, &mut c);
+        // Lost at 500: this exit may be a later call's.
+        let exit = SyscallEvent::exit(1, 1, R, 900, None);
+        assert_eq!(p.feed_after_loss(&exit, 500, &mut c), None);
+        assert_eq!((c.pairs_across_loss, p.pending), (1, None));
+        // An entry after the loss pairs as usual.
+        p.feed_after_loss(&SyscallEvent::enter(1, 1, R, 1000), 500, &mut c);
+        let call = p.feed_after_loss(&SyscallEvent::exit(1, 1, R, 1040, None), 500, &mut c);
+        assert_eq!(call.map(|c| (c.enter_ns, c.duration_ns)), Some((1000, 40)));
+        // The report itself is no call half.
+        assert_eq!(p.feed(&SyscallEvent::lost(1, 2000), &mut c), None);
+        assert_eq!(c.duplicate_records + c.lost_enters + c.lost_exits, 0);
     }
 }

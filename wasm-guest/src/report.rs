@@ -179,6 +179,13 @@ pub struct EngineCounters {
     /// Switch-off-CPU records (`EventKind::OffCpu`) taken into the threads' CPU time.
     #[serde(default)]
     pub switch_records: u64,
+    /// Reports of lost records (`EventKind::Lost`, e.g. perf's ring-buffer overruns).
+    #[serde(default)]
+    pub loss_reports: u64,
+    /// Enter/exit pairs dropped because a loss was reported between the two: the exit
+    /// may be a later call's, its own exit and that call's entry lost.
+    #[serde(default)]
+    pub pairs_across_loss: u64,
 }
 
 /// One diagnosis of one target over one window.

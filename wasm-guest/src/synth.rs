@@ -877,7 +877,7 @@ mod tests {
                     assert_eq!(id, e.syscall);
                     assert!(e.ts_ns > at);
                 }
-                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu => {
+                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {
                     panic!("{:?} record in EnterExit shape", e.kind)
                 }
             }

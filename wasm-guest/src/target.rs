@@ -242,6 +242,8 @@ pub struct Target {
     last_slot: Option<(u32, usize)>,
     /// `[lo, hi)` and index of the activity bin of the last call (see `bin_of`).
     bin_cache: (u64, u64, u64),
+    /// When records were last reported lost (0: never; see [`EventKind::Lost`]).
+    loss_ns: u64,
 }
 
 impl Target {
@@ -268,6 +270,7 @@ impl Target {
             overflow_ids: Vec::new(),
             last_slot: None,
             bin_cache: EMPTY_BIN,
+            loss_ns: 0,
         }
     }
 
@@ -457,7 +460,7 @@ impl Target {
             return;
         };
         let key = match ev.kind {
-            EventKind::Enter | EventKind::OnCpu | EventKind::OffCpu => return,
+            EventKind::Enter | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => return,
             EventKind::Complete => ev.syscall.0,
             EventKind::Exit => match th.pairer.pending {
                 Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
@@ -528,6 +531,12 @@ impl Target {
     }
 
     fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
+        if ev.kind == EventKind::Lost {
+            // Applied lazily, at each thread's next exit and next call: O(1) per report.
+            self.loss_ns = self.loss_ns.max(ev.ts_ns);
+            c.loss_reports += 1;
+            return;
+        }
         let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
         let Some(th) = self.threads.get_mut(slot) else {
             return;
@@ -542,7 +551,7 @@ impl Target {
             add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
             return;
         }
-        let Some(call) = th.pairer.feed(ev, c) else {
+        let Some(call) = th.pairer.feed_after_loss(ev, self.loss_ns, c) else {
             return;
         };
         c.calls += 1;
@@ -570,8 +579,20 @@ impl Target {
         let mut confirmed: Option<(u64, u16, bool)> = None;
         // 1. Execution units: split on a gap larger than the threshold.
         let mut gap = None;
-        if th.last_exit_ns == 0 || call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns) {
-            if let Some(e) = stall_episode(th, call.enter_ns, d, &self.params) {
+        // Calls of this thread may have been lost since its last one: the gap and the
+        // inter-arrival times would span them, so a new unit begins (and the gap is no
+        // evidence of a stall).
+        let after_loss = th.last_exit_ns < self.loss_ns;
+        if th.last_exit_ns == 0
+            || after_loss
+            || call.enter_ns > th.last_exit_ns.saturating_add(d.gap_ns)
+        {
+            let stall = if after_loss {
+                None
+            } else {
+                stall_episode(th, call.enter_ns, d, &self.params)
+            };
+            if let Some(e) = stall {
                 if !th.dirty {
                     th.dirty = true;
                     self.dirty_threads += 1;

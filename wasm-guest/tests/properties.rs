@@ -9,7 +9,7 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
         0u32..4,
         0u32..40,
         0u16..600,
-        0u8..3,
+        0u8..8,
         prop_oneof![0u64..1_000_000_000_000, Just(u64::MAX), Just(0u64)],
         prop_oneof![0u64..10_000_000_000, Just(u64::MAX)],
     )
@@ -20,7 +20,10 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
             kind: match kind {
                 0 => EventKind::Complete,
                 1 => EventKind::Enter,
-                _ => EventKind::Exit,
+                2 | 3 => EventKind::Exit,
+                4 => EventKind::OnCpu,
+                5 => EventKind::OffCpu,
+                _ => EventKind::Lost,
             },
             ts_ns: ts,
             duration_ns: dur,

@@ -517,6 +517,7 @@ impl Collector for SeriesCollector {
                 ("lost_exit", engine.lost_exits),
                 ("duplicate", engine.duplicate_records),
                 ("out_of_order", engine.out_of_order),
+                ("across_loss", engine.pairs_across_loss),
             ]
             .into_iter()
             .map(|(k, v)| (vec![("kind", k)], v)),

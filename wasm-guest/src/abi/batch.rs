@@ -73,6 +73,7 @@ fn kind_code(kind: EventKind) -> u8 {
         EventKind::Exit => 2,
         EventKind::OnCpu => 3,
         EventKind::OffCpu => 4,
+        EventKind::Lost => 5,
     }
 }
 
@@ -83,6 +84,7 @@ fn kind_from(code: u8) -> Option<EventKind> {
         2 => Some(EventKind::Exit),
         3 => Some(EventKind::OnCpu),
         4 => Some(EventKind::OffCpu),
+        5 => Some(EventKind::Lost),
         _ => None,
     }
 }
@@ -532,7 +534,7 @@ mod tests {
         #[test]
         fn any_events_round_trip(
             raw in proptest::collection::vec(
-                (any::<u32>(), any::<u32>(), any::<u16>(), 0u8..5, any::<u64>(), any::<u64>(),
+                (any::<u32>(), any::<u32>(), any::<u16>(), 0u8..6, any::<u64>(), any::<u64>(),
                  proptest::option::of(any::<i64>()), proptest::option::of(any::<[u64; 4]>())),
                 0..50),
             target in "\\PC{0,20}",

@@ -23,7 +23,8 @@ mod exports;
 /// Bump on any incompatible change to an export's signature or meaning.
 /// 2: record kind 3 (on-CPU time) in event batches.
 /// 3: record kind 4 (a switch off the CPU) in event batches.
-pub const ABI_VERSION: u32 = 3;
+/// 4: record kind 5 (a report of lost records) in event batches.
+pub const ABI_VERSION: u32 = 4;
 
 /// What every `fl_*` call that can fail returns.
 ///

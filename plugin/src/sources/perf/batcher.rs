@@ -40,6 +40,8 @@ pub enum Owner<'a> {
 struct Group {
     process: ProcessInfo,
     events: Vec<SyscallEvent>,
+    /// An event arrived since the last loss marker (see [`Batcher::mark_loss`]).
+    since_loss: bool,
 }
 
 /// The per-process accumulator shared by the text decoders.
@@ -54,6 +56,8 @@ pub struct Batcher {
     last_pid: Option<(u32, usize)>,
     pending: usize,
     window_start_ns: Option<u64>,
+    /// The latest event time seen (where a loss without a time of its own is placed).
+    latest_ns: u64,
 }
 
 impl Batcher {
@@ -69,6 +73,7 @@ impl Batcher {
             last_pid: None,
             pending: 0,
             window_start_ns: None,
+            latest_ns: 0,
         }
     }
 
@@ -82,13 +87,49 @@ impl Batcher {
             }
             Some(_) => {}
         }
+        self.latest_ns = self.latest_ns.max(event.ts_ns);
         let idx = self.group_index(owner);
         let Some(group) = self.groups.get_mut(idx) else {
             return;
         };
         group.events.push(event);
+        group.since_loss = true;
+        self.after_push(idx);
+    }
+
+    /// Records that the tracer lost events before `ts_ns` (a ring-buffer overrun): every
+    /// process with events since the previous marker gets a loss marker
+    /// ([`SyscallEvent::lost`]) in its place in the stream, so the engine does not pair an
+    /// entry before the loss with an exit after it. A loss report names no thread (a
+    /// ring buffer is per CPU, any thread may have run there), hence every process; one
+    /// silent since the last marker has nothing a new one would change. Markers count as
+    /// events (received, analysed or dropped like the others).
+    ///
+    /// `ts_ns`: the loss report's time; without one, or if it is older than the latest
+    /// event seen, the latest event's time (an entry up to then may have lost its exit).
+    pub fn mark_loss(&mut self, ts_ns: Option<u64>) {
+        let ts_ns = ts_ns.unwrap_or(0).max(self.latest_ns);
+        for idx in 0..self.groups.len() {
+            let Some(group) = self.groups.get_mut(idx) else {
+                continue;
+            };
+            if !std::mem::take(&mut group.since_loss) {
+                continue;
+            }
+            let pid = group.process.pid.unwrap_or(0);
+            group.events.push(SyscallEvent::lost(pid, ts_ns));
+            self.after_push(idx);
+        }
+    }
+
+    /// Bounds held events after one more was added to group `idx`.
+    fn after_push(&mut self, idx: usize) {
         self.pending += 1;
-        if group.events.len() >= MAX_BATCH_EVENTS {
+        if self
+            .groups
+            .get(idx)
+            .is_some_and(|g| g.events.len() >= MAX_BATCH_EVENTS)
+        {
             self.flush_group(idx);
         }
         if self.pending >= PENDING_EVENTS_CAP {
@@ -209,6 +250,7 @@ impl Batcher {
                 ..ProcessInfo::default()
             },
             events: Vec::new(),
+            since_loss: false,
         });
         self.groups.len() - 1
     }
@@ -232,6 +274,41 @@ mod tests {
     fn drain(b: &mut Batcher) -> Vec<EventBatch> {
         b.flush_all();
         std::iter::from_fn(|| b.pop_ready()).collect()
+    }
+
+    #[test]
+    fn a_loss_marks_each_process_with_events_since_the_last_mark() {
+        let stats = Arc::new(SourceStats::new("perf"));
+        let mut b = Batcher::new("perf", stats);
+        let owner = |pid| Owner::Pid {
+            pid,
+            comm: b"a",
+            leader: true,
+        };
+        b.push(owner(1), ev(1, 1, 10));
+        b.push(owner(2), ev(2, 2, 20));
+        b.mark_loss(Some(30));
+        // Process 2 has had nothing since: a second loss changes nothing for it.
+        b.push(owner(1), ev(1, 1, 40));
+        // A report older than the latest event is placed at the latest event.
+        b.mark_loss(Some(35));
+        b.mark_loss(None);
+        let batches = drain(&mut b);
+        let kinds = |pid| -> Vec<(EventKind, u64)> {
+            batches
+                .iter()
+                .filter(|x| x.process.pid == Some(pid))
+                .flat_map(|x| x.events.iter().map(|e| (e.kind, e.ts_ns)))
+                .collect()
+        };
+        use faultline_engine::EventKind;
+        let (enter, lost) = (EventKind::Enter, EventKind::Lost);
+        assert_eq!(kinds(1), [(enter, 10), (lost, 30), (enter, 40), (lost, 40)]);
+        assert_eq!(kinds(2), [(enter, 20), (lost, 30)]);
+        assert!(batches
+            .iter()
+            .flat_map(|x| x.events.iter().map(move |e| (e, x.process.pid)))
+            .all(|(e, pid)| Some(e.pid) == pid));
     }
 
     #[test]

@@ -210,7 +210,10 @@ impl LineSink<'_> {
                 self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
             }
             Parsed::Skip => {}
-            Parsed::Lost(n) => self.lost.lost(self.stats, n),
+            Parsed::Lost { lost, ts_ns } => {
+                self.lost.lost(self.stats, lost);
+                self.batcher.mark_loss(ts_ns);
+            }
             Parsed::Malformed => {
                 *self.samples += 1;
                 self.stats.add_decode_errors(1);
@@ -265,9 +268,17 @@ dd 9/9 1.000000004: raw_syscalls:sys_enter: NR 1 (0)
         let mut r = PerfScriptReader::new(TEXT.as_bytes(), Arch::X86_64, stats.clone())
             .with_tool_stderr(tail);
         let mut arrived = 0;
+        let mut markers = Vec::new();
         while let Some(b) = r.next_batch().unwrap() {
-            arrived += b.events.len() as u64;
+            for e in &b.events {
+                match e.kind {
+                    faultline_engine::EventKind::Lost => markers.push(e.ts_ns),
+                    _ => arrived += 1,
+                }
+            }
         }
+        // The loss record also marks the stream, at its own time.
+        assert_eq!(markers, [1_000_000_003]);
         assert_eq!(r.lost_events(), stats.dropped(DropReason::KernelLost));
         (arrived, stats.dropped(DropReason::KernelLost))
     }

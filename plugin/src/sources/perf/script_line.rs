@@ -80,8 +80,13 @@ pub enum Parsed<'a> {
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
     /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
-    /// ring buffer overflowed and `n` events never reached perf.
-    Lost(u64),
+    /// ring buffer overflowed and `n` events never reached perf. `ts_ns`: the record's time,
+    /// when its header has one (the kernel writes it once the buffer has room again, so
+    /// the loss lies before it).
+    Lost {
+        lost: u64,
+        ts_ns: Option<u64>,
+    },
     /// Not a `perf script` line we understand.
     Malformed,
 }
@@ -140,8 +145,9 @@ impl LineParser {
             return parse_switch(head, rest).map_or(Parsed::Malformed, Parsed::OffCpu);
         }
         if let Some(at) = memmem::find(line, LOST_MARK) {
-            let rest = line.get(at + LOST_MARK.len()..).unwrap_or_default();
-            return lost_count(rest).map_or(Parsed::Malformed, Parsed::Lost);
+            let (head, rest) = split_at(line, at, LOST_MARK.len());
+            let ts_ns = parse_header(head).map(|h| h.ts_ns);
+            return lost_count(rest).map_or(Parsed::Malformed, |lost| Parsed::Lost { lost, ts_ns });
         }
         if is_other_event(line) {
             Parsed::Skip
@@ -580,11 +586,25 @@ mod tests {
         let p = LineParser::new();
         assert_eq!(
             p.parse(b"              dd  9869/9869   9361.868036938: PERF_RECORD_LOST lost 13068\n"),
-            Parsed::Lost(13068)
+            Parsed::Lost {
+                lost: 13068,
+                ts_ns: Some(9_361_868_036_938)
+            }
         );
         assert_eq!(
             p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST_SAMPLES lost 7"),
-            Parsed::Lost(7)
+            Parsed::Lost {
+                lost: 7,
+                ts_ns: Some(2_000_000_001)
+            }
+        );
+        // Without a header (no sample ids in the recording) the count still counts.
+        assert_eq!(
+            p.parse(b"PERF_RECORD_LOST lost 3"),
+            Parsed::Lost {
+                lost: 3,
+                ts_ns: None
+            }
         );
         assert_eq!(
             p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST lost x"),

@@ -257,7 +257,11 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
                     self.batcher.push(Owner::Comm(l.comm), event);
                 }
                 TraceParsed::Skip => {}
-                TraceParsed::Lost(n) => self.lost.lost(&self.stats, n),
+                TraceParsed::Lost(n) => {
+                    self.lost.lost(&self.stats, n);
+                    // `perf trace` prints no time with it: the latest seen stands in.
+                    self.batcher.mark_loss(None);
+                }
                 TraceParsed::Malformed => {
                     self.stats.add_decode_errors(1);
                     self.log.bad_line(self.line_no, &self.line);
