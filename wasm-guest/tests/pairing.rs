@@ -105,21 +105,27 @@ fn call_time(r: &faultline_engine::Report) -> f64 {
         .sum()
 }
 
-/// A tracer overrun loses every record of a 30 ms window: a thread whose exit and next
-/// entry both fell in it would pair the entry before the window with the exit after it,
-/// one call of ≥ 30 ms that never happened. Reported (`SyscallEvent::lost`), such pairs
-/// are dropped and counted, and nothing else changes.
-#[test]
-fn a_reported_loss_keeps_pairs_from_spanning_it() {
+/// A healthy enter/exit stream of process `spec.pid`, and its first timestamp.
+fn healthy_split(threads: u32, seconds: f64) -> (StreamSpec, Vec<SyscallEvent>, u64) {
     let spec = StreamSpec {
-        threads: 64,
-        seconds: 30.0,
+        threads,
+        seconds,
         shape: EventShape::EnterExit,
         seed: 5,
         ..StreamSpec::default()
     };
     let split: Vec<SyscallEvent> = generate(&spec).collect();
     let start = split.first().map_or(0, |e| e.ts_ns);
+    (spec, split, start)
+}
+
+/// A tracer overrun loses every record of a 30 ms window: a thread whose exit and next
+/// entry both fell in it would pair the entry before the window with the exit after it,
+/// one call of ≥ 30 ms that never happened. Reported (`SyscallEvent::lost`), such pairs
+/// are dropped and counted, and nothing else changes.
+#[test]
+fn a_reported_loss_keeps_pairs_from_spanning_it() {
+    let (spec, split, start) = healthy_split(64, 30.0);
     let (lo, hi) = (start + 20_000_000_000, start + 20_030_000_000);
     let kept: Vec<SyscallEvent> = split
         .iter()
@@ -177,15 +183,7 @@ fn a_reported_loss_keeps_pairs_from_spanning_it() {
 /// unreported, the pairs and gaps spanning them read as an internal fault.
 #[test]
 fn reported_overruns_raise_no_verdict() {
-    let spec = StreamSpec {
-        threads: 32,
-        seconds: 60.0,
-        shape: EventShape::EnterExit,
-        seed: 5,
-        ..StreamSpec::default()
-    };
-    let split: Vec<SyscallEvent> = generate(&spec).collect();
-    let start = split.first().map_or(0, |e| e.ts_ns);
+    let (spec, split, start) = healthy_split(32, 60.0);
     let lost = |t: u64| {
         let rel = t.saturating_sub(start);
         (30_000_000_000..45_000_000_000).contains(&rel) && (rel / 1_000_000) % 250 < 20
