@@ -186,6 +186,10 @@ pub struct EngineCounters {
     /// may be a later call's, its own exit and that call's entry lost.
     #[serde(default)]
     pub pairs_across_loss: u64,
+    /// Channels of idle syscalls handed to another syscall of the same thread (it used
+    /// more syscall types over its life than `max_syscalls_per_thread`).
+    #[serde(default)]
+    pub recycled_channels: u64,
 }
 
 /// One diagnosis of one target over one window.

@@ -12,12 +12,17 @@
 //! thread record, then the channels the call will touch) so cache misses overlap; a
 //! unit split marks channels stale instead of resetting each one.
 //!
-//! Memory bound per target: `max_threads` × (`size_of::<Thread>` (896 B) +
+//! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
 //! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (96 + 152 B) + 8·k bytes) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
-//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.9 +
+//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +
 //! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
+//!
+//! A channel is not held for good: once every channel of a thread is taken, a call of a
+//! new syscall takes the channel idle longest, if it has been idle for 5 s and never
+//! learned a baseline (a process's startup calls) or for a window `W` (counted:
+//! `recycled_channels`; see [`Thread::recycle_chan`]).
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are
 //! counted (`untracked_calls`) and, per (thread, syscall), in a ChopStix epoch sketch
@@ -53,6 +58,11 @@ use crate::tid_index::TidIndex;
 
 /// A bin cache that matches no time (`lo > hi`).
 const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
+
+/// How long a thread's channel that never learned a baseline stays unused before another
+/// syscall of the thread may take it (one that did keeps it for a window, `W`). At 1 s,
+/// threads of a generated stream with 50 syscall types swapped channels 10× as often.
+const RECYCLE_FRESH_NS: u64 = 5_000_000_000;
 /// Persistence spans before the onset a CPU burner's earlier share is the lowest of (15 s
 /// by default: a runaway that began up to 12 s before the onset still shows its rise).
 const BURNER_BEFORE: u64 = 5;
@@ -642,13 +652,20 @@ impl Target {
         let key = call.syscall.0;
         // Whether the thread's own execution-time baseline judged this call.
         let mut own_judged = false;
-        match th.chan_index(key, k, d.max_chans) {
+        let ci = th.chan_index(key, k, d.max_chans).or_else(|| {
+            let ci = th.recycle_chan(key, k, ts, RECYCLE_FRESH_NS, d.window_ns);
+            if ci.is_some() {
+                c.recycled_channels += 1;
+            }
+            ci
+        });
+        match ci {
             Some(ci) => {
                 let mut key_tested = false;
                 // (The rings always match the channels, so the parts are always there.)
                 if let Some((ch, mut cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
-                    let ia = (ch.last_enter_ns != 0 && ts >= ch.last_enter_ns)
-                        .then(|| ts - ch.last_enter_ns);
+                    let ia =
+                        (ch.dur.len > 0 && ts >= ch.last_enter_ns).then(|| ts - ch.last_enter_ns);
                     ch.last_enter_ns = ts.max(1);
                     let pools = &mut self.pools;
                     let x = call.duration_ns as f32;

@@ -1523,3 +1523,50 @@ fn a_few_microseconds_more_per_call_is_not_a_fault() {
         "{on_demand:#?}"
     );
 }
+
+/// Startup: each of the 16 threads of `burst_stream` first makes 20 other calls once
+/// (a process's setup: `mmap`, `openat`, `rt_sigaction`, …), enough to take all of its
+/// channels before its first `read`. Channels that never learned anything go to the
+/// `read` after five seconds, so the lasting slowdown of `read` at 40 s is found as without
+/// the startup; had they been held for good, every `read` would go untested.
+#[test]
+fn startup_calls_do_not_hold_a_threads_channels_for_good() {
+    let setup: Vec<faultline_engine::SyscallId> = (0..20u32)
+        .map(|nr| {
+            faultline_engine::SyscallId::from_number(
+                faultline_engine::syscalls::Arch::X86_64,
+                100 + nr,
+            )
+        })
+        .collect();
+    let mut events: Vec<SyscallEvent> = (0..16u32)
+        .flat_map(|t| {
+            setup.iter().enumerate().map(move |(j, &id)| {
+                SyscallEvent::complete(100, 100 + t, id, 1_000 * j as u64, 500)
+            })
+        })
+        .collect();
+    events.sort_by_key(|e| e.ts_ns);
+    events.extend(burst_stream(30.0));
+    let (reports, mut engine) = run_events(&events);
+    let c = engine.counters();
+    // The first reads of each thread found no channel; each took one about 5 s later.
+    assert!(c.recycled_channels >= 16, "{c:?}");
+    let reads_per_thread_second = 1e9 / 5.5e6;
+    assert!(
+        (c.untracked_calls as f64) < 16.0 * 6.0 * reads_per_thread_second,
+        "{c:?}"
+    );
+    let first = reports
+        .iter()
+        .find(|r| r.verdict != Verdict::None)
+        .expect("the lasting slowdown is detected");
+    assert_eq!(first.verdict, Verdict::External, "{first:#?}");
+    let r = engine.trigger("svc", 41_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    assert_eq!(
+        r.top_syscalls_by_time.first().map(|s| s.syscall.as_str()),
+        Some("read"),
+        "{r:#?}"
+    );
+}
