@@ -400,6 +400,19 @@ fn assert_no_verdict(events: &[SyscallEvent], trigger_at_ns: u64) {
     assert_eq!(r.verdict, Verdict::None, "{r:#?}");
 }
 
+/// The lasting slowdown of `burst_stream` is found external: in continuous mode (the
+/// first report with a verdict) and on demand at 41 s (returned).
+fn assert_lasting_slowdown_is_external(reports: &[Report], engine: &mut Engine) -> Report {
+    let first = reports
+        .iter()
+        .find(|r| r.verdict != Verdict::None)
+        .expect("a lasting slowdown is detected");
+    assert_eq!(first.verdict, Verdict::External, "{first:#?}");
+    let r = engine.trigger("svc", 41_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    r
+}
+
 /// A healthy server's bursts (a checkpoint's fsyncs) hit many threads at once and are over
 /// in a second: nobody feels them, so no verdict — in continuous mode and on demand. The
 /// same slowdown lasting is an external fault.
@@ -408,13 +421,7 @@ fn a_one_second_burst_on_every_thread_is_not_a_fault_but_the_same_slowdown_lasti
     assert_no_verdict(&burst_stream(1.0), 41_000_000_000);
 
     let (reports, mut engine) = run_events(&burst_stream(30.0));
-    let first = reports
-        .iter()
-        .find(|r| r.verdict != Verdict::None)
-        .expect("a lasting slowdown is detected");
-    assert_eq!(first.verdict, Verdict::External, "{first:#?}");
-    let r = engine.trigger("svc", 41_000_000_000).expect("report");
-    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    let r = assert_lasting_slowdown_is_external(&reports, &mut engine);
     assert!(r.affected_threads.iter().all(|a| a.persistence >= 0.7));
 
     // With persistence switched off the burst alone is a verdict: the test measures the
@@ -1557,13 +1564,7 @@ fn startup_calls_do_not_hold_a_threads_channels_for_good() {
         (c.untracked_calls as f64) < 16.0 * 6.0 * reads_per_thread_second,
         "{c:?}"
     );
-    let first = reports
-        .iter()
-        .find(|r| r.verdict != Verdict::None)
-        .expect("the lasting slowdown is detected");
-    assert_eq!(first.verdict, Verdict::External, "{first:#?}");
-    let r = engine.trigger("svc", 41_000_000_000).expect("report");
-    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    let r = assert_lasting_slowdown_is_external(&reports, &mut engine);
     assert_eq!(
         r.top_syscalls_by_time.first().map(|s| s.syscall.as_str()),
         Some("read"),
