@@ -827,10 +827,7 @@ impl Target {
             if t.cold.len() < t.chans.len() {
                 // Without cold records and with nothing learnt, a rotation leaves every
                 // record at its default and every gate as it is: keep them absent.
-                let learnt = t
-                    .chans
-                    .iter()
-                    .any(|c| c.dur.baseline.learn.w.n != 0.0 || c.ia.baseline.learn.w.n != 0.0);
+                let learnt = t.chans.iter().any(Chan::learning);
                 if !learnt {
                     t.dirty = false;
                     continue;

@@ -192,6 +192,15 @@ pub struct Chan {
 
 const _: () = assert!(std::mem::size_of::<Chan>() == 96);
 
+impl Chan {
+    /// Either series learned something in the current epoch (read by epoch rotation,
+    /// which skips threads that learned nothing, and by channel recycling).
+    #[inline]
+    pub fn learning(&self) -> bool {
+        self.dur.baseline.learn.w.n != 0.0 || self.ia.baseline.learn.w.n != 0.0
+    }
+}
+
 /// The cold part of a channel: its series' approved and pending epochs and confirmation
 /// states.
 #[derive(Clone, Copy, Debug, Default)]
@@ -774,7 +783,7 @@ impl Thread {
                 next = next.min(fresh_at);
                 continue;
             }
-            let learned = [&c.dur, &c.ia].iter().any(|s| s.baseline.learn.w.n > 0.0)
+            let learned = c.learning()
                 || self.cold.get(i).is_some_and(|cold| {
                     [&cold.dur, &cold.ia]
                         .iter()
