@@ -107,8 +107,13 @@ impl Batcher {
     ///
     /// `ts_ns`: the loss report's time; without one, or if it is older than the latest
     /// event seen, the latest event's time (an entry up to then may have lost its exit).
+    /// A time more than [`FLUSH_AFTER_NS`] past the latest event is taken as that bound:
+    /// a garbled time far in the future would otherwise unpair every later exit.
     pub fn mark_loss(&mut self, ts_ns: Option<u64>) {
-        let ts_ns = ts_ns.unwrap_or(0).max(self.latest_ns);
+        let ts_ns = ts_ns.unwrap_or(0).clamp(
+            self.latest_ns,
+            self.latest_ns.saturating_add(FLUSH_AFTER_NS),
+        );
         for idx in 0..self.groups.len() {
             let Some(group) = self.groups.get_mut(idx) else {
                 continue;
@@ -293,6 +298,9 @@ mod tests {
         // A report older than the latest event is placed at the latest event.
         b.mark_loss(Some(35));
         b.mark_loss(None);
+        // A garbled time far ahead is bounded to a second past the latest event.
+        b.push(owner(2), ev(2, 2, 50));
+        b.mark_loss(Some(u64::MAX));
         let batches = drain(&mut b);
         let kinds = |pid| -> Vec<(EventKind, u64)> {
             batches
@@ -304,7 +312,15 @@ mod tests {
         use faultline_engine::EventKind;
         let (enter, lost) = (EventKind::Enter, EventKind::Lost);
         assert_eq!(kinds(1), [(enter, 10), (lost, 30), (enter, 40), (lost, 40)]);
-        assert_eq!(kinds(2), [(enter, 20), (lost, 30)]);
+        assert_eq!(
+            kinds(2),
+            [
+                (enter, 20),
+                (lost, 30),
+                (enter, 50),
+                (lost, 50 + FLUSH_AFTER_NS)
+            ]
+        );
         assert!(batches
             .iter()
             .flat_map(|x| x.events.iter().map(move |e| (e, x.process.pid)))
