@@ -97,7 +97,8 @@ pub struct Params {
     /// Smallest relative increase of execution time that counts when the increase is under
     /// `small_time_increase_seconds` (1.0 = twice as slow).
     pub min_small_time_increase: f64,
-    /// Distinct syscalls tracked per thread (beyond it, calls are counted but not tested).
+    /// Distinct syscalls tracked per thread at once (beyond it, calls are counted but not
+    /// tested; a syscall that recurs takes a channel left idle).
     pub max_syscalls_per_thread: usize,
     /// Calls a thread must make between the onset and onset + α to count as active (τ's
     /// denominator): a thread parked in timed waits makes a handful and could not have

@@ -285,13 +285,17 @@ impl EpochSketch {
     /// selected as a sample (its estimate crossed a power of `t` and the budget allowed).
     #[inline]
     pub fn add(&mut self, key: u64, weight: u64) -> Option<u64> {
+        self.add_estimate(key, weight).1
+    }
+
+    /// [`EpochSketch::add`], also returning the key's current-epoch estimate after the
+    /// add: a caller that needs the count reads no counter a second time.
+    #[inline]
+    pub fn add_estimate(&mut self, key: u64, weight: u64) -> (u64, Option<u64>) {
         let after = self.current.add(key, weight);
         let before = after.saturating_sub(weight);
-        if self.sampler.crosses(before, after) && self.sampler.take() {
-            Some(after)
-        } else {
-            None
-        }
+        let sample = (self.sampler.crosses(before, after) && self.sampler.take()).then_some(after);
+        (after, sample)
     }
 
     /// The key's estimate in the epoch being filled.

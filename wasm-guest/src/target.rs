@@ -19,10 +19,11 @@
 //! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
-//! A channel is not held for good: once every channel of a thread is taken, a call of a
-//! new syscall takes the channel idle longest, if it has been idle for 5 s and never
-//! learned a baseline (a process's startup calls) or for a window `W` (counted:
-//! `recycled_channels`; see [`Thread::recycle_chan`]).
+//! A channel is not held for good: once every channel of a thread is taken, a syscall
+//! that recurs (k calls beyond the channels in one sketch epoch) takes the channel idle
+//! longest for its next calls, if that one has been idle for 5 s and never learned a
+//! baseline (a process's startup calls) or for a window `W` (counted:
+//! `recycled_channels`; see [`Thread::recycle_chan`]). Rare syscalls do not take turns.
 //!
 //! Calls of syscalls beyond a thread's channel cap are not dropped silently: they are
 //! counted (`untracked_calls`) and, per (thread, syscall), in a ChopStix epoch sketch
@@ -652,13 +653,7 @@ impl Target {
         let key = call.syscall.0;
         // Whether the thread's own execution-time baseline judged this call.
         let mut own_judged = false;
-        let ci = th.chan_index(key, k, d.max_chans).or_else(|| {
-            let ci = th.recycle_chan(key, k, ts, RECYCLE_FRESH_NS, d.window_ns);
-            if ci.is_some() {
-                c.recycled_channels += 1;
-            }
-            ci
-        });
+        let ci = th.chan_index(key, k, d.max_chans);
         match ci {
             Some(ci) => {
                 let mut key_tested = false;
@@ -717,8 +712,20 @@ impl Target {
                     )
                     .ok();
                 }
-                if let Some(sk) = self.overflow.as_mut() {
-                    sk.add(key2(th.tid as u64, key as u64), 1);
+                let calls = self.overflow.as_mut().map_or(0, |sk| {
+                    sk.add_estimate(key2(th.tid as u64, key as u64), 1).0
+                });
+                // A syscall that recurs (k calls beyond the channels in this sketch
+                // epoch, enough to fill one moving average) takes an idle channel for
+                // its next calls. Without the count, rare syscalls took turns at the
+                // idle channels, none ever learned, and each swap cost the analysis
+                // of calls that could not be judged.
+                if calls >= k as u64
+                    && th
+                        .recycle_chan(key, k, ts, RECYCLE_FRESH_NS, d.window_ns)
+                        .is_some()
+                {
+                    c.recycled_channels += 1;
                 }
                 let (w, b) = ((key / 64) as usize, key % 64);
                 if self.overflow_ids.len() <= w {

@@ -758,6 +758,9 @@ impl Thread {
     /// process's startup calls held every channel for good (measured: a PostgreSQL
     /// backend forked during the trace spent its 15 channels on its startup calls, and
     /// 42,150 of its 42,283 calls went untested). The gap channel is never recycled.
+    /// The caller asks only for a syscall that recurs (see the module docs of
+    /// [`crate::target`]): rare syscalls taking turns would each evict another before
+    /// either learned anything.
     #[cold]
     pub fn recycle_chan(
         &mut self,

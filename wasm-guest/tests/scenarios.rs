@@ -1531,21 +1531,20 @@ fn a_few_microseconds_more_per_call_is_not_a_fault() {
     );
 }
 
-/// Startup: each of the 16 threads of `burst_stream` first makes 20 other calls once
-/// (a process's setup: `mmap`, `openat`, `rt_sigaction`, …), enough to take all of its
-/// channels before its first `read`. Channels that never learned anything go to the
-/// `read` after five seconds, so the lasting slowdown of `read` at 40 s is found as without
-/// the startup; had they been held for good, every `read` would go untested.
-#[test]
-fn startup_calls_do_not_hold_a_threads_channels_for_good() {
-    let setup: Vec<faultline_engine::SyscallId> = (0..20u32)
+/// Syscalls numbered `from..from + n` (x86_64): stand-ins for calls a thread makes rarely.
+fn other_syscalls(from: u32, n: u32) -> Vec<faultline_engine::SyscallId> {
+    (from..from + n)
         .map(|nr| {
-            faultline_engine::SyscallId::from_number(
-                faultline_engine::syscalls::Arch::X86_64,
-                100 + nr,
-            )
+            faultline_engine::SyscallId::from_number(faultline_engine::syscalls::Arch::X86_64, nr)
         })
-        .collect();
+        .collect()
+}
+
+/// Each of the 16 threads of `burst_stream` first makes 20 other calls once (a process's
+/// setup: `mmap`, `openat`, `rt_sigaction`, …), enough to take all of its channels
+/// before its first `read`; then `burst_stream` itself.
+fn startup_then_burst_stream() -> Vec<SyscallEvent> {
+    let setup = other_syscalls(100, 20);
     let mut events: Vec<SyscallEvent> = (0..16u32)
         .flat_map(|t| {
             setup.iter().enumerate().map(move |(j, &id)| {
@@ -1555,6 +1554,16 @@ fn startup_calls_do_not_hold_a_threads_channels_for_good() {
         .collect();
     events.sort_by_key(|e| e.ts_ns);
     events.extend(burst_stream(30.0));
+    events
+}
+
+/// Startup (see `startup_then_burst_stream`): channels that never learned anything go
+/// to the `read` about five seconds after its first calls, so the lasting slowdown of
+/// `read` at 40 s is found as without the startup; had they been held for good, every
+/// `read` would go untested.
+#[test]
+fn startup_calls_do_not_hold_a_threads_channels_for_good() {
+    let events = startup_then_burst_stream();
     let (reports, mut engine) = run_events(&events);
     let c = engine.counters();
     // The first reads of each thread found no channel; each took one about 5 s later.
@@ -1570,4 +1579,32 @@ fn startup_calls_do_not_hold_a_threads_channels_for_good() {
         Some("read"),
         "{r:#?}"
     );
+}
+
+/// Rare syscalls do not take turns at idle channels: besides the startup and the reads,
+/// every thread calls one of 30 other syscalls every 2 s (each one once a minute, never
+/// k times in a sketch epoch). Channels go to the recurring `read` only; a rare call
+/// taking one would evict another rare call's channel before either learned anything.
+#[test]
+fn rare_syscalls_do_not_take_turns_at_idle_channels() {
+    let rare = other_syscalls(140, 30);
+    let mut events = startup_then_burst_stream();
+    let end = events.last().map_or(0, |e| e.ts_ns);
+    let mut n = 0usize;
+    for t in 0..16u32 {
+        let mut at = 1_000_000_000 + u64::from(t) * 100_000_000;
+        while at < end {
+            let id = rare[n % rare.len()];
+            events.push(SyscallEvent::complete(100, 100 + t, id, at, 2_000));
+            n += 1;
+            at += 2_000_000_000;
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    let (reports, mut engine) = run_events(&events);
+    let c = engine.counters();
+    // One channel per thread for `read`, none for the rare calls.
+    assert_eq!(c.recycled_channels, 16, "{c:?}");
+    assert!(c.untracked_calls as usize >= n, "{c:?} {n}");
+    assert_lasting_slowdown_is_external(&reports, &mut engine);
 }
