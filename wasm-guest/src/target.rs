@@ -512,33 +512,41 @@ impl Target {
         }
         let slot = match self.index.get(tid) {
             Some(s) => s as usize,
-            None => {
-                let s = if self.threads.len() < self.params.max_threads {
-                    self.threads.push(Thread::new(tid, ts))
-                } else {
-                    // Evict the least recently seen thread (counted).
-                    let victim = self
-                        .threads
-                        .iter()
-                        .enumerate()
-                        .min_by_key(|(_, t)| t.last_seen_ns)
-                        .map(|(i, _)| i)
-                        .unwrap_or(0);
-                    c.evicted_threads += 1;
-                    if let Some(old) = self.threads.get(victim) {
-                        self.index.remove(old.tid);
-                    }
-                    if let Some(t) = self.threads.get_mut(victim) {
-                        *t = Thread::new(tid, ts);
-                    }
-                    victim
-                };
-                self.index.insert(tid, s as u32);
-                s
-            }
+            None => self.new_thread(tid, ts, c),
         };
         self.last_slot = Some((tid, slot));
         slot
+    }
+
+    /// A record for a thread not seen before: a new slot, or the least recently seen
+    /// thread's (evicted, counted) at `max_threads`. Out of line: the 960-byte record is
+    /// built in this function's frame, not in the per-event loop's (in the WASM guest a
+    /// frame object's addresses are kept live across the whole loop).
+    #[cold]
+    #[inline(never)]
+    fn new_thread(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
+        let s = if self.threads.len() < self.params.max_threads {
+            self.threads.push(Thread::new(tid, ts))
+        } else {
+            // Evict the least recently seen thread (counted).
+            let victim = self
+                .threads
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, t)| t.last_seen_ns)
+                .map(|(i, _)| i)
+                .unwrap_or(0);
+            c.evicted_threads += 1;
+            if let Some(old) = self.threads.get(victim) {
+                self.index.remove(old.tid);
+            }
+            if let Some(t) = self.threads.get_mut(victim) {
+                *t = Thread::new(tid, ts);
+            }
+            victim
+        };
+        self.index.insert(tid, s as u32);
+        s
     }
 
     fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
