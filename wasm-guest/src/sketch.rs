@@ -122,6 +122,18 @@ impl Sketch {
         estimate
     }
 
+    /// Hints the counters an add of `key` will touch (see [`crate::prefetch`]): a sketch
+    /// larger than the caches costs a miss per row otherwise.
+    #[inline(always)]
+    pub fn prefetch(&self, key: u64) {
+        let (h1, h2) = row_hashes(key);
+        for (r, row) in self.counters.chunks_exact(self.width).enumerate() {
+            if let Some(counter) = row.get(row_index(h1, h2, r, self.mask)) {
+                crate::prefetch::line(counter);
+            }
+        }
+    }
+
     /// Zeroes every counter (keeps the memory).
     pub fn clear(&mut self) {
         self.counters.fill(0);
@@ -296,6 +308,12 @@ impl EpochSketch {
         let before = after.saturating_sub(weight);
         let sample = (self.sampler.crosses(before, after) && self.sampler.take()).then_some(after);
         (after, sample)
+    }
+
+    /// Hints the counters [`EpochSketch::add`] of `key` will touch ([`Sketch::prefetch`]).
+    #[inline(always)]
+    pub fn prefetch_add(&self, key: u64) {
+        self.current.prefetch(key);
     }
 
     /// The key's estimate in the epoch being filled.

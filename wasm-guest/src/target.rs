@@ -470,16 +470,30 @@ impl Target {
         let Some(th) = self.threads.get(slot as usize).filter(|t| t.tid == ev.tid) else {
             return;
         };
-        let key = match ev.kind {
+        let (key, enter_ns) = match ev.kind {
             EventKind::Enter | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => return,
-            EventKind::Complete => ev.syscall.0,
+            EventKind::Complete => (ev.syscall.0, ev.ts_ns),
             EventKind::Exit => match th.pairer.pending {
-                Some(p) if ev.syscall == SyscallId::UNKNOWN => p.syscall.0,
-                Some(_) => ev.syscall.0,
+                Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
+                Some(p) => (ev.syscall.0, p.enter_ns),
                 None => return,
             },
         };
-        th.prefetch_call(key, self.d.k);
+        if !th.prefetch_call(key, self.d.k) {
+            if let Some(sk) = &self.overflow {
+                sk.prefetch_add(key2(u64::from(th.tid), u64::from(key)));
+            }
+        }
+        // A call in a later bin than the thread's latest folds into the bin counts (the
+        // test multiplies; the division is left to calls that need it).
+        let next_bin_ns = th
+            .calls
+            .latest()
+            .saturating_add(1)
+            .saturating_mul(self.d.bin_ns);
+        if enter_ns >= next_bin_ns {
+            th.calls.prefetch_add(enter_ns / self.d.bin_ns);
+        }
     }
 
     /// `ns / bin_ns`, without the 64-bit division when `ns` falls in the same bin as

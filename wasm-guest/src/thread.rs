@@ -505,6 +505,27 @@ impl CallBins {
         }
     }
 
+    /// The newest bin counted.
+    #[inline(always)]
+    pub fn latest(&self) -> u64 {
+        self.latest
+    }
+
+    /// Hints the counts [`CallBins::add`] of `bin` touches when `bin` is not the latest:
+    /// the latest bin's (where `pending` is folded) and `bin`'s. The 512-byte array lies
+    /// past the thread's hot bytes, so each is a miss otherwise.
+    #[inline(always)]
+    pub fn prefetch_add(&self, bin: u64) {
+        if bin == self.latest {
+            return;
+        }
+        for b in [self.latest, bin] {
+            if let Some(c) = self.counts.get((b % RING_BINS) as usize) {
+                crate::prefetch::line(c);
+            }
+        }
+    }
+
     /// Calls in bins `[lo, hi]` (bins older than the ring count as 0).
     pub fn sum(&self, lo: u64, hi: u64) -> u64 {
         ring_sum(&self.counts, self.latest, lo, hi, self.pending)
@@ -683,11 +704,13 @@ impl Thread {
     }
 
     /// Prefetches what the next call of `key` will touch: its channel and rings, and the
-    /// gap channel and its ring.
+    /// gap channel and its ring. False when `key` has no channel (the call will go to the
+    /// target's sketch).
     // Always inlined: in the WASM guest a call per event also costs an epoch check.
     #[inline(always)]
-    pub fn prefetch_call(&self, key: u16, k: usize) {
-        if let Some(ci) = self.find_chan(key) {
+    pub fn prefetch_call(&self, key: u16, k: usize) -> bool {
+        let found = self.find_chan(key);
+        if let Some(ci) = found {
             if let Some(c) = self.chans.get(ci) {
                 crate::prefetch::two_lines(c);
             }
@@ -703,6 +726,7 @@ impl Thread {
                 crate::prefetch::slice(r);
             }
         }
+        found.is_some()
     }
 
     #[cold]
