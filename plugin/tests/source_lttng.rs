@@ -338,13 +338,7 @@ fn broken_inputs_give_clear_errors() {
     if !src.is_dir() {
         return;
     }
-    let cut = tempfile::tempdir().unwrap();
-    for entry in std::fs::read_dir(&src).unwrap() {
-        let p = entry.unwrap().path();
-        if p.is_file() {
-            std::fs::copy(&p, cut.path().join(p.file_name().unwrap())).unwrap();
-        }
-    }
+    let cut = writable_copy(&src);
     let stream = cut.path().join("channel0_0");
     let len = std::fs::metadata(&stream).unwrap().len();
     let f = std::fs::OpenOptions::new()
@@ -397,4 +391,158 @@ fn open_trace_recognises_directories_and_saved_text() {
     let from_dir = count(&dir);
     assert!(!from_dir.is_empty());
     assert_eq!(from_dir, count(&saved));
+}
+
+/// The files of trace directory `src` (not its `index/`), copied writable into a new
+/// temporary directory (the shared traces are read-only).
+fn writable_copy(src: &Path) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let p = entry.unwrap().path();
+        if p.is_file() {
+            let to = dir.path().join(p.file_name().unwrap());
+            std::fs::copy(&p, &to).unwrap();
+            let mut perm = std::fs::metadata(&to).unwrap().permissions();
+            #[allow(clippy::permissions_set_readonly_false)]
+            perm.set_readonly(false);
+            std::fs::set_permissions(&to, perm).unwrap();
+        }
+    }
+    dir
+}
+
+/// Raises the tracer's cumulative `events_discarded` counter of stream `file` by `extra`
+/// from packet `from` on, as LTTng's ring buffer does after an overrun. The packet layout
+/// is the one the trace's metadata declares (checked): a 32-byte header (magic, uuid,
+/// stream id, instance id), then the context's timestamps, sizes, sequence number and
+/// `unsigned long events_discarded` (64-bit) at byte 72.
+fn raise_discards(dir: &Path, file: &str, from: usize, extra: u64) {
+    let meta = std::fs::read(dir.join("metadata")).unwrap();
+    let meta = String::from_utf8_lossy(&meta);
+    for declared in [
+        "uint64_t stream_instance_id;",
+        "uint64_t packet_seq_num;\n\tunsigned long events_discarded;",
+        "typealias integer { size = 64; align = 8; signed = false; } := unsigned long;",
+    ] {
+        assert!(meta.contains(declared), "metadata lacks {declared:?}");
+    }
+    let path = dir.join(file);
+    let mut b = std::fs::read(&path).unwrap();
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    let (mut off, mut packet) = (0usize, 0usize);
+    while off < b.len() {
+        assert_eq!(
+            &b[off..off + 4],
+            &0xC1FC_1FC1u32.to_le_bytes(),
+            "packet magic"
+        );
+        let size = usize::try_from(u64_at(&b, off + 56) / 8).unwrap();
+        if packet >= from {
+            let now = u64_at(&b, off + 72);
+            b[off + 72..off + 80].copy_from_slice(&(now + extra).to_le_bytes());
+        }
+        off += size;
+        packet += 1;
+    }
+    assert!(packet > from, "{file} has only {packet} packets");
+    std::fs::write(&path, b).unwrap();
+}
+
+/// A real trace whose tracer discarded events: babeltrace2 reports them on stderr only.
+/// They must become `kernel_lost` counts and loss markers, and nothing else may change.
+#[test]
+fn tracer_discards_become_loss_markers_and_kernel_lost_counts() {
+    let Some((src, text)) = trace("many-threads") else {
+        return;
+    };
+    // Not the index: it caches each packet's counters; babeltrace2 rebuilds it.
+    let dir = writable_copy(&src);
+    raise_discards(dir.path(), "channel0_0", 1, 7);
+    raise_discards(dir.path(), "channel0_3", 2, 5);
+
+    // What babeltrace2 itself says, read with plain string handling: the count after
+    // "discarded" and the end of each range.
+    let out = Command::new("babeltrace2")
+        .args(["--clock-seconds", "--no-delta"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap(),
+        text,
+        "discards change no event"
+    );
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let reports: Vec<(u64, u64)> = stderr
+        .lines()
+        .filter(|l| l.contains("Tracer discarded"))
+        .map(|l| {
+            let words: Vec<&str> = l.split_whitespace().collect();
+            let n: u64 = words[3].parse().unwrap();
+            let end = l
+                .split("] and [")
+                .nth(1)
+                .unwrap()
+                .split(']')
+                .next()
+                .unwrap();
+            let (s, ns) = end.split_once('.').unwrap();
+            (
+                n,
+                s.parse::<u64>().unwrap() * 1_000_000_000 + ns.parse::<u64>().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        reports.iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![7, 5],
+        "{stderr}"
+    );
+
+    let stats = Arc::new(SourceStats::new("lttng"));
+    let mut r = lttng::open(dir.path().to_str().unwrap(), Arch::X86_64, stats.clone()).unwrap();
+    let batches = drain(&mut r).unwrap();
+    let c = r.counters();
+    assert_eq!((c.discarded_events, c.discarded_packets), (12, 0));
+    assert_eq!(stats.dropped(DropReason::KernelLost), 12);
+
+    // Every event of the clean trace is still there, plus the markers.
+    let exp = expected(&text);
+    let mut got = emitted(&batches);
+    let n_markers = got.remove(&("lost", SyscallId::UNKNOWN)).unwrap_or(0);
+    assert_eq!(got, exp.after_switch);
+    let markers: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| b.events.iter())
+        .filter(|e| e.kind == EventKind::Lost)
+        .map(|e| e.ts_ns)
+        .collect();
+    assert_eq!(markers.len() as u64, n_markers);
+    let events: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
+    assert_eq!(stats.received(), events);
+    // Each report marks the processes with events since the last marker, at the end of
+    // its range (or, if babeltrace2's stderr came late, at the latest event then: never
+    // more than a second after).
+    for (_, end) in &reports {
+        let at: Vec<u64> = markers
+            .iter()
+            .copied()
+            .filter(|&t| t >= *end && t <= end + 1_000_000_000)
+            .collect();
+        assert!(
+            !at.is_empty(),
+            "no marker for the range ending at {end}: {markers:?}"
+        );
+    }
+    assert!(markers.iter().all(|t| reports
+        .iter()
+        .any(|(_, end)| *t >= *end && *t <= end + 1_000_000_000)));
+    eprintln!(
+        "discards: {} markers for {} reports, at {:?} (range ends {:?})",
+        markers.len(),
+        reports.len(),
+        markers.iter().collect::<BTreeSet<_>>(),
+        reports.iter().map(|r| r.1).collect::<Vec<_>>()
+    );
 }

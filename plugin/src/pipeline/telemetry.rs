@@ -18,7 +18,8 @@ pub enum DropReason {
     /// A record that carried no syscall (other telemetry sent to an OTLP endpoint).
     NotSyscall,
     /// Lost before faultline saw it: the kernel ring buffer overflowed (perf's
-    /// `PERF_RECORD_LOST`), so the tracer itself reports how many events never arrived.
+    /// `PERF_RECORD_LOST`, LTTng's discarded events as babeltrace2 reports them), so the
+    /// tracer itself reports how many events never arrived.
     KernelLost,
 }
 

@@ -222,6 +222,13 @@ pub fn open_trace(
 
 /// Most stderr bytes of a child tool kept for the error message (its tail matters most).
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// Longest stderr line a tap sees whole; the rest of a longer line is cut off.
+const STDERR_LINE_BYTES: usize = 4 * 1024;
+
+/// Called with each line a child tool writes to stderr (without its newline), while the
+/// tool runs: some tools report there what the output cannot say (babeltrace2's
+/// discarded events). Runs on the stderr thread; all lines are seen before the output ends.
+pub type StderrTap = Box<dyn FnMut(&[u8]) + Send>;
 
 /// The stdout of a child tool (`perf`, `babeltrace2`) as buffered text.
 ///
@@ -249,7 +256,17 @@ impl ChildOutput {
     /// [`SourceError::Tool`] naming `install_hint`.
     pub fn spawn(mut cmd: Command, install_hint: &str) -> Result<Self, SourceError> {
         cmd.stdin(Stdio::null());
-        Self::spawn_with_stdin_set(cmd, install_hint)
+        Self::spawn_with_stdin_set(cmd, install_hint, None)
+    }
+
+    /// [`ChildOutput::spawn`], with each stderr line also passed to `tap` as it arrives.
+    pub fn spawn_tapped(
+        mut cmd: Command,
+        install_hint: &str,
+        tap: StderrTap,
+    ) -> Result<Self, SourceError> {
+        cmd.stdin(Stdio::null());
+        Self::spawn_with_stdin_set(cmd, install_hint, Some(tap))
     }
 
     /// Runs `first | second` and reads `second`'s stdout; `first`'s stderr is inherited
@@ -274,7 +291,7 @@ impl ChildOutput {
         };
         let mut second = second;
         second.stdin(Stdio::from(pipe));
-        let mut out = match Self::spawn_with_stdin_set(second, install_hint) {
+        let mut out = match Self::spawn_with_stdin_set(second, install_hint, None) {
             Ok(out) => out,
             Err(e) => {
                 let _ = head.kill();
@@ -287,7 +304,11 @@ impl ChildOutput {
     }
 
     /// [`ChildOutput::spawn`] for a command whose stdin is already wired.
-    fn spawn_with_stdin_set(mut cmd: Command, install_hint: &str) -> Result<Self, SourceError> {
+    fn spawn_with_stdin_set(
+        mut cmd: Command,
+        install_hint: &str,
+        tap: Option<StderrTap>,
+    ) -> Result<Self, SourceError> {
         let tool = cmd.get_program().to_string_lossy().into_owned();
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd
@@ -297,7 +318,7 @@ impl ChildOutput {
             tool: tool.clone(),
             message: "no stdout pipe".into(),
         })?;
-        let stderr = child.stderr.take().map(collect_stderr_tail);
+        let stderr = child.stderr.take().map(|e| collect_stderr_tail(e, tap));
         Ok(Self {
             tool,
             child,
@@ -434,21 +455,71 @@ fn spawn_error(tool: &str, e: &io::Error, install_hint: &str) -> SourceError {
 }
 
 /// Collects a child's stderr on a thread, keeping only its last [`STDERR_TAIL_BYTES`].
-fn collect_stderr_tail(mut err: std::process::ChildStderr) -> std::thread::JoinHandle<Vec<u8>> {
+fn collect_stderr_tail(
+    mut err: std::process::ChildStderr,
+    mut tap: Option<StderrTap>,
+) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
         let mut tail = Vec::new();
         let mut buf = [0u8; 4096];
+        let mut lines = LineSplitter::default();
         while let Ok(n) = err.read(&mut buf) {
             let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
                 break;
             };
+            if let Some(tap) = tap.as_mut() {
+                lines.feed(chunk, tap);
+            }
             tail.extend_from_slice(chunk);
             if tail.len() > STDERR_TAIL_BYTES {
                 tail.drain(..tail.len() - STDERR_TAIL_BYTES);
             }
         }
+        if let Some(tap) = tap.as_mut() {
+            lines.finish(tap);
+        }
         tail
     })
+}
+
+/// Splits a byte stream into lines for a [`StderrTap`], each cut at [`STDERR_LINE_BYTES`].
+#[derive(Default)]
+struct LineSplitter {
+    line: Vec<u8>,
+    /// The current line passed the cap: the rest of it is skipped.
+    cut: bool,
+}
+
+impl LineSplitter {
+    fn feed(&mut self, mut chunk: &[u8], tap: &mut StderrTap) {
+        while !chunk.is_empty() {
+            let end = memchr::memchr(b'\n', chunk);
+            let part = chunk.get(..end.unwrap_or(chunk.len())).unwrap_or_default();
+            if !self.cut {
+                let room = STDERR_LINE_BYTES - self.line.len();
+                self.line
+                    .extend_from_slice(part.get(..part.len().min(room)).unwrap_or_default());
+                self.cut = part.len() > room;
+            }
+            match end {
+                Some(i) => {
+                    tap(&self.line);
+                    self.line.clear();
+                    self.cut = false;
+                    chunk = chunk.get(i + 1..).unwrap_or_default();
+                }
+                None => break,
+            }
+        }
+    }
+
+    /// The last line, if the stream did not end with a newline.
+    fn finish(&mut self, tap: &mut StderrTap) {
+        if !self.line.is_empty() {
+            tap(&self.line);
+            self.line.clear();
+        }
+    }
 }
 
 /// The useful part of a tool's stderr on one line: babeltrace2 prints pages of log lines
@@ -478,6 +549,31 @@ mod tests {
         let mut v = Vec::new();
         r.read_to_end(&mut v).unwrap();
         v
+    }
+
+    #[test]
+    fn a_stderr_tap_sees_every_line_while_stdout_is_read() {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+        let tap: StderrTap = {
+            let seen = seen.clone();
+            Box::new(move |line: &[u8]| seen.lock().unwrap().push(line.to_vec()))
+        };
+        // Lines split over several writes, one longer than a tap sees whole, and a last
+        // one without a newline.
+        let script = "printf 'WARN' >&2; printf 'ING: one\\n' >&2; echo out; \
+                      head -c 9000 /dev/zero | tr '\\0' x >&2; printf '\\nlast' >&2";
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", script]);
+        let mut child = ChildOutput::spawn_tapped(cmd, "", tap).unwrap();
+        let mut out = String::new();
+        child.read_to_string(&mut out).unwrap();
+        assert_eq!(out, "out\n");
+        let seen = seen.lock().unwrap();
+        let lens: Vec<usize> = seen.iter().map(Vec::len).collect();
+        assert_eq!(lens, vec![12, STDERR_LINE_BYTES, 4]);
+        assert_eq!(seen[0], b"WARNING: one");
+        assert!(seen[1].iter().all(|&c| c == b'x'));
+        assert_eq!(seen[2], b"last");
     }
 
     #[test]

@@ -14,6 +14,8 @@ pub(crate) trait LineDecoder {
     fn line(&mut self, line_no: u64, line: &[u8]);
     /// The batcher the decoded events go to.
     fn batcher(&mut self) -> &mut Batcher;
+    /// The input ended (after its last line, before the held events are flushed).
+    fn at_end(&mut self) {}
 }
 
 /// A buffered text input with its position; drives a [`LineDecoder`] batch by batch.
@@ -100,6 +102,7 @@ impl<R: BufRead> LineInput<R> {
             let buf = self.input.fill_buf().map_err(io_err)?;
             if buf.is_empty() {
                 self.eof = true;
+                decoder.at_end();
                 decoder.batcher().flush_all();
                 continue;
             }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use faultline_engine::syscalls::Arch;
 
+use super::discards::{self, DiscardQueue};
 use super::reader::LttngTextReader;
 use crate::pipeline::telemetry::SourceStats;
 use crate::sources::input::ChildOutput;
@@ -36,14 +37,25 @@ pub fn babeltrace_command(input: &str) -> Result<Command, SourceError> {
     Ok(cmd)
 }
 
-/// Streams an LTTng trace (directory or live URL) through babeltrace2.
+/// Streams an LTTng trace (directory or live URL) through babeltrace2. The tracer's
+/// discarded-event reports, which babeltrace2 prints on stderr, become loss markers and
+/// `kernel_lost` counts (see [`super::discards`]).
 pub fn open(
     input: &str,
     arch: Arch,
     stats: Arc<SourceStats>,
 ) -> Result<LttngTextReader<ChildOutput>, SourceError> {
-    let child = ChildOutput::spawn(babeltrace_command(input)?, INSTALL_HINT)?;
-    let reader = LttngTextReader::new(child, arch, stats);
+    let queue = Arc::new(DiscardQueue::default());
+    let tap = {
+        let queue = queue.clone();
+        Box::new(move |line: &[u8]| {
+            if let Some(d) = discards::parse(line) {
+                queue.push(d);
+            }
+        })
+    };
+    let child = ChildOutput::spawn_tapped(babeltrace_command(input)?, INSTALL_HINT, tap)?;
+    let reader = LttngTextReader::new(child, arch, stats).with_discards(queue);
     Ok(if input.starts_with("net://") {
         reader.live()
     } else {

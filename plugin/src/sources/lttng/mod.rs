@@ -2,6 +2,7 @@
 //! with threads recovered from scheduler events when the trace has no thread contexts.
 
 pub mod babeltrace;
+pub mod discards;
 pub mod reader;
 pub mod text;
 pub mod threads;

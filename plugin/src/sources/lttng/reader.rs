@@ -21,12 +21,13 @@ use std::sync::Arc;
 use faultline_engine::syscalls::Arch;
 use faultline_engine::{PerfCounters, SyscallEvent, SyscallId};
 
+use super::discards::{self, Discard, DiscardQueue};
 use super::text::{TextLine, Value};
 use super::threads::{Threads, MAX_THREADS};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::{DropReason, SourceStats};
 use crate::sources::perf::batcher::{Batcher, Owner};
-use crate::sources::perf::DecodeLog;
+use crate::sources::perf::{DecodeLog, LostLog};
 use crate::sources::{BatchReader, SourceError};
 
 /// Source name in metric labels and batches.
@@ -44,6 +45,10 @@ pub struct LttngCounters {
     /// `sched_switch` records away from a thread that makes syscalls, turned into the
     /// engine's scheduler records (the idle task and kernel threads get none).
     pub switch_records: u64,
+    /// Events the tracer reported discarded (babeltrace2's warnings; see [`discards`]).
+    pub discarded_events: u64,
+    /// Whole packets the tracer reported lost (their event count is unknown).
+    pub discarded_packets: u64,
 }
 
 /// Reads babeltrace2 text (from a file, or a running babeltrace2's stdout).
@@ -64,7 +69,17 @@ struct Decoder {
     stats: Arc<SourceStats>,
     counters: LttngCounters,
     log: DecodeLog,
+    /// Discard reports from babeltrace2's stderr, when the input is a running babeltrace2.
+    discards: Option<Arc<DiscardQueue>>,
+    /// Reports whose range the stream has not reached yet, by end time (unknown first).
+    held: Vec<Discard>,
+    lost: LostLog,
+    /// Reports of lost packets so far (the first few are logged).
+    packet_reports: u64,
 }
+
+/// Lost-packet reports logged; later ones are only counted ([`LttngCounters`]).
+const LOGGED_PACKET_REPORTS: u64 = 5;
 
 /// The syscall meaning of an event name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,8 +117,20 @@ impl<R: BufRead + Send> LttngTextReader<R> {
                 stats,
                 counters: LttngCounters::default(),
                 log: DecodeLog::new(SOURCE),
+                discards: None,
+                held: Vec::new(),
+                lost: LostLog::new(SOURCE),
+                packet_reports: 0,
             },
         }
+    }
+
+    /// Takes the tracer's discard reports from `queue` (filled from babeltrace2's stderr,
+    /// see [`super::babeltrace::open`]): each becomes a loss marker where the stream
+    /// reaches the end of its range, and a `kernel_lost` drop count.
+    pub fn with_discards(mut self, queue: Arc<DiscardQueue>) -> Self {
+        self.decoder.discards = Some(queue);
+        self
     }
 
     /// Marks the input as a live session: held events are emitted each time the buffered
@@ -132,13 +159,67 @@ impl Decoder {
             return;
         }
         match self.text.parse(line) {
-            Ok(()) => self.handle(line),
+            Ok(()) => {
+                if self.discards.is_some() {
+                    self.discards_due(Some(self.text.ts_ns));
+                }
+                self.handle(line)
+            }
             Err(why) => {
                 self.stats.add_decode_errors(1);
                 tracing::debug!(line_no, reason = why.0, "bad babeltrace2 line");
                 self.log.bad_line(line_no, line);
             }
         }
+    }
+
+    /// Applies the discard reports due before an event at `ts` (`None`: all of them, at
+    /// the end of the input). A report is due once the stream reaches the end of its
+    /// range: the marker then follows every event the range kept and precedes the
+    /// events after it. One that arrives late (stderr is not in step with stdout) is
+    /// applied at once; its marker takes the latest event's time.
+    fn discards_due(&mut self, ts: Option<u64>) {
+        if let Some(q) = &self.discards {
+            for d in q.take() {
+                if self.held.len() >= discards::MAX_QUEUED {
+                    discards::push_bounded(&mut self.held, d, discards::MAX_QUEUED);
+                    continue;
+                }
+                let at = self.held.partition_point(|h| h.end_ns <= d.end_ns);
+                self.held.insert(at, d);
+            }
+        }
+        let due = self
+            .held
+            .partition_point(|h| ts.is_none_or(|ts| h.end_ns.is_none_or(|end| end <= ts)));
+        if due == 0 {
+            return;
+        }
+        for d in self.held.drain(..due).collect::<Vec<_>>() {
+            self.apply_discard(d);
+        }
+    }
+
+    fn apply_discard(&mut self, d: Discard) {
+        if d.events > 0 {
+            self.counters.discarded_events =
+                self.counters.discarded_events.saturating_add(d.events);
+            self.lost.lost(&self.stats, d.events);
+        }
+        if d.packets > 0 {
+            self.counters.discarded_packets =
+                self.counters.discarded_packets.saturating_add(d.packets);
+            self.packet_reports += 1;
+        }
+        if d.packets > 0 && self.packet_reports <= LOGGED_PACKET_REPORTS {
+            tracing::warn!(
+                source = SOURCE,
+                packets = d.packets,
+                packets_total = self.counters.discarded_packets,
+                "the tracer lost whole packets of events (count unknown); analysis sees a thinned stream"
+            );
+        }
+        self.batcher.mark_loss(d.end_ns);
     }
 
     /// Handles one parsed line.
@@ -385,6 +466,13 @@ impl LineDecoder for Decoder {
     fn batcher(&mut self) -> &mut Batcher {
         &mut self.batcher
     }
+    fn at_end(&mut self) {
+        // The stderr thread has ended by now (the tool is reaped at end of output):
+        // every report is in the queue.
+        if self.discards.is_some() || !self.held.is_empty() {
+            self.discards_due(None);
+        }
+    }
 }
 
 impl<R: BufRead + Send> BatchReader for LttngTextReader<R> {
@@ -523,5 +611,64 @@ mod tests {
         // Routed to the process the fork named.
         assert!(events.iter().filter(|e| e.tid != 12).all(|e| e.pid == 10));
         assert!(events.iter().all(|e| e.tid != 13));
+    }
+
+    #[test]
+    fn discard_reports_mark_the_stream_where_their_range_ends() {
+        use faultline_engine::EventKind;
+        let text = concat!(
+            "[1.000000000] h sched_switch: { cpu_id = 0 }, { prev_comm = \"swapper/0\", prev_tid = 0, prev_prio = 20, prev_state = 0, next_comm = \"db\", next_tid = 7, next_prio = 20 }\n",
+            "[1.000000010] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000020] h syscall_exit_read: { cpu_id = 0 }, { ret = 1 }\n",
+            "[1.000000030] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000040] h syscall_exit_read: { cpu_id = 0 }, { ret = 1 }\n",
+        );
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let queue = Arc::new(DiscardQueue::default());
+        // Reported before the stream got there (stderr runs ahead of stdout): held
+        // until the first event at or after its end.
+        queue.push(Discard {
+            events: 4,
+            packets: 0,
+            end_ns: Some(1_000_000_025),
+        });
+        // No time range: marks at once.
+        queue.push(Discard {
+            events: 0,
+            packets: 2,
+            end_ns: None,
+        });
+        // Past the last event: applied when the input ends.
+        queue.push(Discard {
+            events: 1,
+            packets: 0,
+            end_ns: Some(5_000_000_000),
+        });
+        let mut r =
+            LttngTextReader::new(text.as_bytes(), Arch::X86_64, stats.clone()).with_discards(queue);
+        let mut events = Vec::new();
+        while let Some(b) = r.next_batch().unwrap() {
+            events.extend(b.events);
+        }
+        let kinds: Vec<(EventKind, u64)> = events
+            .iter()
+            .filter(|e| !e.is_scheduling())
+            .map(|e| (e.kind, e.ts_ns))
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![
+                (EventKind::Enter, 1_000_000_010),
+                (EventKind::Exit, 1_000_000_020),
+                (EventKind::Lost, 1_000_000_025),
+                (EventKind::Enter, 1_000_000_030),
+                (EventKind::Exit, 1_000_000_040),
+                // The end of the input is the latest event's time, plus at most a second.
+                (EventKind::Lost, 1_000_000_040 + 1_000_000_000),
+            ]
+        );
+        let c = r.counters();
+        assert_eq!((c.discarded_events, c.discarded_packets), (5, 2));
+        assert_eq!(stats.dropped(DropReason::KernelLost), 5);
     }
 }

@@ -304,7 +304,7 @@ fn parse_number(tok: &[u8]) -> Option<Value> {
 }
 
 /// `1457113582.794575646` seconds to nanoseconds.
-fn parse_seconds(tok: &[u8]) -> Option<u64> {
+pub(super) fn parse_seconds(tok: &[u8]) -> Option<u64> {
     let dot = memchr::memchr(b'.', tok)?;
     let secs: u64 = std::str::from_utf8(tok.get(..dot)?).ok()?.parse().ok()?;
     let frac = tok.get(dot + 1..)?;

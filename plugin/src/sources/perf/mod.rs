@@ -79,7 +79,7 @@ impl LostLog {
                 source = self.source,
                 lost,
                 lost_total = self.events,
-                "the kernel lost traced events (perf ring buffer overrun); analysis sees a thinned stream"
+                "the tracer lost events (its kernel ring buffer overran); analysis sees a thinned stream"
             );
         } else if self.records == LOGGED_BAD_LINES + 1 {
             tracing::warn!(
