@@ -387,8 +387,17 @@ fn live_perf_record_pipe_streams_a_command() {
         return;
     }
     let stats = Arc::new(SourceStats::new("perf"));
-    let mut r = spawn_script(&PerfTarget::Command(dd_args()), Arch::X86_64, stats.clone())
-        .expect("spawn perf");
+    // dd under a shell that waits for it: the shell forks (dd is not its last command)
+    // and sleeps in wait4 while dd runs, a switch away that is always recorded. dd's own
+    // switches are not certain: it never blocks, and perf stops following a task in
+    // do_exit, before its last switch.
+    let shell = vec![
+        "sh".to_string(),
+        "-c".to_string(),
+        format!("{}; true", dd_args().join(" ")),
+    ];
+    let mut r =
+        spawn_script(&PerfTarget::Command(shell), Arch::X86_64, stats.clone()).expect("spawn perf");
     let batches = drain(&mut r);
     assert_eq!(stats.decode_errors(), 0);
     let write = SyscallId::from_name("write");
@@ -416,15 +425,15 @@ fn live_perf_record_pipe_streams_a_command() {
     if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_stat_runtime").exists() {
         assert!(on_cpu_ns > 0, "no on-CPU time recorded for dd");
     }
-    // So do its switches away from the CPU (it exits, at least).
+    // So do switches away from the CPU: the shell's, blocked in wait4 for dd.
     let off_cpu = batches
         .iter()
-        .filter(|b| b.process.comm.as_deref() == Some("dd"))
+        .filter(|b| b.process.comm.as_deref() == Some("sh"))
         .flat_map(|b| &b.events)
-        .filter(|e| e.kind == EventKind::OffCpu)
+        .filter(|e| e.kind == EventKind::OffCpu && e.ret == Some(0))
         .count();
     if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_switch").exists() {
-        assert!(off_cpu > 0, "no switch records for dd");
+        assert!(off_cpu > 0, "no blocking switch recorded for the shell");
     }
 }
 
