@@ -148,6 +148,32 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        /// Any stderr line: a report or none, never a panic; a report's count is the
+        /// number written after the phrase.
+        #[test]
+        fn any_line_parses_without_panic(
+            head in proptest::collection::vec(proptest::num::u8::ANY, 0..40),
+            n in proptest::num::u64::ANY,
+            unit in proptest::sample::select(vec!["events", "event", "packets", "apples"]),
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..80),
+        ) {
+            let mut line = head.clone();
+            line.extend_from_slice(format!("Tracer discarded {n} {unit} between [").as_bytes());
+            line.extend_from_slice(&tail);
+            let _ = parse(&head);
+            let _ = parse(&tail);
+            match parse(&line) {
+                Some(d) if unit.starts_with("event") => proptest::prop_assert_eq!(d.events, n),
+                Some(d) if unit.starts_with("packet") => proptest::prop_assert_eq!(d.packets, n),
+                Some(d) => proptest::prop_assert!(false, "{d:?} from unit {unit}"),
+                None => proptest::prop_assert!(
+                    unit == "apples" || memchr::memmem::find(&head, b"Tracer discarded ").is_some()
+                ),
+            }
+        }
+    }
+
     #[test]
     fn a_flood_of_reports_is_merged_not_dropped() {
         let q = DiscardQueue::default();
