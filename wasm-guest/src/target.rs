@@ -57,6 +57,13 @@ use crate::thread::{
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
 
+/// The overflow sketch's key of a thread's syscall: one definition for the count, its
+/// prefetch and the episode-time estimate, which must all name the same counters.
+#[inline(always)]
+fn overflow_key(tid: u32, syscall: u16) -> u64 {
+    key2(u64::from(tid), u64::from(syscall))
+}
+
 /// A bin cache that matches no time (`lo > hi`).
 const EMPTY_BIN: (u64, u64, u64) = (1, 0, 0);
 
@@ -487,7 +494,7 @@ impl Target {
         };
         if !th.prefetch_call(key, self.d.k) {
             if let Some(sk) = &self.overflow {
-                sk.prefetch_add(key2(u64::from(th.tid), u64::from(key)));
+                sk.prefetch_add(overflow_key(th.tid, key));
             }
         }
         // A call in a later bin than the thread's latest folds into the bin counts (the
@@ -740,9 +747,10 @@ impl Target {
                     )
                     .ok();
                 }
-                let calls = self.overflow.as_mut().map_or(0, |sk| {
-                    sk.add_estimate(key2(th.tid as u64, key as u64), 1).0
-                });
+                let calls = self
+                    .overflow
+                    .as_mut()
+                    .map_or(0, |sk| sk.add_estimate(overflow_key(th.tid, key), 1).0);
                 // A syscall that recurs (k calls beyond the channels in this sketch
                 // epoch, enough to fill one moving average) takes an idle channel for
                 // its next calls. Without the count, rare syscalls took turns at the
@@ -2205,14 +2213,17 @@ fn snapshot(
             while bits != 0 {
                 let b = bits.trailing_zeros();
                 bits &= bits - 1;
-                let id = (w as u64) * 64 + b as u64;
-                let key = key2(th.tid as u64, id);
+                // Syscall keys are u16: the bitmap holds no bit beyond them.
+                let Ok(id) = u16::try_from(w * 64 + b as usize) else {
+                    continue;
+                };
+                let key = overflow_key(th.tid, id);
                 let (cur, prev) = (sk.estimate_current(key), sk.estimate_previous(key));
                 if prev > 0 && cur > 0 {
                     let freq = (cur as f32 / frac) / prev as f32 - 1.0;
-                    if freq > 0.0 && id <= u16::MAX as u64 {
+                    if freq > 0.0 {
                         all.push(Increase {
-                            key: id as u16,
+                            key: id,
                             time: 0.0,
                             freq,
                         });

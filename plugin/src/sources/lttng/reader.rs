@@ -45,7 +45,8 @@ pub struct LttngCounters {
     /// `sched_switch` records away from a thread that makes syscalls, turned into the
     /// engine's scheduler records (the idle task and kernel threads get none).
     pub switch_records: u64,
-    /// Events the tracer reported discarded (babeltrace2's warnings; see [`discards`]).
+    /// Events the tracer reported discarded (babeltrace2's warnings; see [`discards`];
+    /// the reader's `kernel_lost` log keeps the count).
     pub discarded_events: u64,
     /// Whole packets the tracer reported lost (their event count is unknown).
     pub discarded_packets: u64,
@@ -148,7 +149,10 @@ impl<R: BufRead + Send> LttngTextReader<R> {
 
     /// What was seen so far besides emitted events.
     pub fn counters(&self) -> LttngCounters {
-        self.decoder.counters
+        LttngCounters {
+            discarded_events: self.decoder.lost.events(),
+            ..self.decoder.counters
+        }
     }
 }
 
@@ -202,8 +206,6 @@ impl Decoder {
 
     fn apply_discard(&mut self, d: Discard) {
         if d.events > 0 {
-            self.counters.discarded_events =
-                self.counters.discarded_events.saturating_add(d.events);
             self.lost.lost(&self.stats, d.events);
         }
         if d.packets > 0 {
