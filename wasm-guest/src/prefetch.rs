@@ -4,14 +4,14 @@
 //! cache; the loop looks a few events ahead and asks for those records early so the
 //! memory latencies overlap instead of adding up. A hint never changes a result.
 //!
-//! On x86_64 a hint is `PREFETCHT0`. wasm32 has no prefetch instruction, so there a
-//! hint is a volatile one-byte read of the line: the value is discarded, but it is a
-//! real load, and a miss holds retirement until the line arrives. Spread among the
-//! analysis of each event (the native loop's staged hints) such loads stalled the guest;
-//! issued back to back for a group of events, their misses overlap like prefetches (see
-//! `Target::touch_group`). That is why hints take references (always in bounds, so the
-//! read cannot trap) rather than raw addresses, and read bytes as `MaybeUninit`
-//! (padding bytes may be uninitialised).
+//! On x86_64 a hint is `PREFETCHT0`. wasm32 has no prefetch instruction, and its
+//! stand-in, a volatile load, holds retirement until the line arrives. So in the guest a
+//! hint only queues the line's address, and [`flush`] hands the queue to the host's
+//! `fl_prefetch` import, which issues the prefetches on guest memory (see
+//! `wasm-guest/ABI.md`). A host call spills every live register of the wasm caller, so
+//! the guest queues a group of events' hints at a time, outside its per-event loop
+//! (`Target::hint_group`). Hints take references, so a queued address always lies
+//! inside guest memory.
 
 /// Bytes of a cache line on the targets we run on.
 const LINE: usize = 64;
@@ -27,13 +27,72 @@ fn fetch(p: *const u8) {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
     }
     #[cfg(target_arch = "wasm32")]
-    // SAFETY: `p` points inside a live allocation (see the callers), and a
-    // `MaybeUninit<u8>` may be read from any byte, initialised or not.
-    unsafe {
-        let _ = std::ptr::read_volatile(p as *const std::mem::MaybeUninit<u8>);
-    }
+    queue::push(p as u32);
     #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
     let _ = p;
+}
+
+/// Issues the hints queued since the last flush (the guest's; natively hints are issued
+/// at once and this does nothing).
+#[inline(always)]
+pub fn flush() {
+    #[cfg(target_arch = "wasm32")]
+    queue::flush();
+}
+
+/// The guest's queue of lines to prefetch, handed to the host in one call.
+#[cfg(target_arch = "wasm32")]
+mod queue {
+    /// Lines per host call: a group of events' hints (about ten each) fit.
+    const CAP: usize = 128;
+
+    struct Queue {
+        len: usize,
+        lines: [u32; CAP],
+    }
+
+    // A wasm32 module without the atomics feature runs on one thread, and no reference to
+    // the queue outlives `push` or `flush`: the accesses below never overlap.
+    static mut QUEUE: Queue = Queue {
+        len: 0,
+        lines: [0; CAP],
+    };
+
+    #[link(wasm_import_module = "faultline")]
+    unsafe extern "C" {
+        /// Prefetches the guest-memory lines at the `len` little-endian `u32` offsets at
+        /// `ptr` (a hint: the host may ignore it).
+        fn fl_prefetch(ptr: u32, len: u32);
+    }
+
+    #[inline(always)]
+    pub fn push(addr: u32) {
+        // SAFETY: single-threaded, no overlapping access (see `QUEUE`).
+        unsafe {
+            let q = &raw mut QUEUE;
+            if (*q).len == CAP {
+                flush();
+            }
+            if let Some(slot) = (*q).lines.get_mut((*q).len) {
+                *slot = addr;
+                (*q).len += 1;
+            }
+        }
+    }
+
+    #[inline(never)]
+    pub fn flush() {
+        // SAFETY: single-threaded, no overlapping access (see `QUEUE`); the import only
+        // reads the offsets, through the host's bounds-checked view of guest memory.
+        unsafe {
+            let q = &raw mut QUEUE;
+            let len = (*q).len;
+            if len > 0 {
+                fl_prefetch((&raw const (*q).lines) as u32, len as u32);
+                (*q).len = 0;
+            }
+        }
+    }
 }
 
 /// Starts fetching the lines of the first `bytes` bytes of `*r` (at most all of it).

@@ -9,8 +9,9 @@
 //! touched only above that bound or inside a run. No allocation per event:
 //! vectors grow only when a new thread or a new syscall of a thread appears. With many
 //! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
-//! thread record, then the channels the call will touch) so cache misses overlap; a
-//! unit split marks channels stale instead of resetting each one.
+//! thread record, then the channels the call will touch) so cache misses overlap (the
+//! WASM guest, a group of events at a time through its host: [`Target::hint_group`]);
+//! a unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
 //! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (96 + 152 B) + 8·k bytes) + episodes
@@ -93,22 +94,22 @@ const INDEX_AHEAD: usize = 16;
 /// Threads from which a target's state outgrows the caches and prefetching pays.
 const PREFETCH_MIN_THREADS: usize = 256;
 /// Whether the ingest loop prefetches a few events ahead: not in the WASM guest, which
-/// has no prefetch instruction. Its stand-in, a volatile load per hint, stalled
-/// retirement on every miss when spread among the events' analysis (24 Nov, 3
-/// interleaved runs, WASM without vs with it: 10k threads bursty enter/exit +19 %, LTTng
-/// `many-threads` +10 %, 1,000 threads uniform +12 %, 10k uniform complete calls ±0,
-/// MariaDB trace ±0). A constant, so the guest's loop has no trace of it.
+/// has no prefetch instruction and asks its host for each group's hints instead (see
+/// [`GROUPED`]). A constant, so the guest's loop has no trace of it.
 const PREFETCH: bool = !cfg!(target_arch = "wasm32");
-/// Whether the ingest loop instead touches each group of `FAR` events' state before
-/// analysing them (the WASM guest; see [`Target::touch_group`]), in batches where almost
-/// every event is of another thread than the one before ([`GROUP_MIN_CHANGES`]).
+/// Whether the ingest loop instead hints the state of each group of `FAR` events ahead
+/// of analysing it (the WASM guest; see [`Target::hint_group`]), in batches where most
+/// events are of another thread than the one before ([`GROUP_MIN_CHANGES`]). The hints
+/// go to the host's `fl_prefetch` in one call per group: a call inside the per-event
+/// loop would spill its registers, and a load in place of a prefetch holds the CPU until
+/// the line arrives.
 const GROUPED: bool = cfg!(target_arch = "wasm32");
 /// Share of consecutive events of different threads, in tenths, from which a batch's
-/// events are touched in groups: below it runs of one thread keep its state in cache
-/// and the touches cost more than they save (measured, WASM, 10k threads: touches on
-/// every batch gave uniform complete calls +25 %, but bursty enter/exit −15 %, LTTng
-/// `many-threads` −9 %).
-const GROUP_MIN_CHANGES: usize = 9;
+/// events are hinted in groups: below it runs of one thread keep its state in cache
+/// and the hints cost more than they save (measured 24 Nov, WASM, 3 interleaved runs,
+/// 6 against 0: 10k threads bursty enter/exit +8 %, LTTng `many-threads` +20 %; against
+/// 9: 10k threads uniform enter/exit +10 to +20 %, bursty complete +25 %).
+const GROUP_MIN_CHANGES: usize = 6;
 const FAR: usize = 8;
 const NEAR: usize = 4;
 
@@ -341,9 +342,21 @@ impl Target {
             && events.windows(2).filter(|w| w[0].tid != w[1].tid).count() * 10
                 >= events.len() * GROUP_MIN_CHANGES;
         if grouped {
-            for group in events.chunks(FAR) {
-                self.touch_group(group, &mut ahead);
-                self.ingest_run(group, &mut ahead, false, &mut due, c);
+            // The native loop's three stages, a group of `FAR` events per step: tid index
+            // lines two groups ahead, thread records one group ahead (the slots go to
+            // `next`), the calls of the group about to be analysed.
+            let group = |g: usize| {
+                let lo = g.saturating_mul(FAR).min(events.len());
+                events
+                    .get(lo..lo.saturating_add(FAR).min(events.len()))
+                    .unwrap_or(&[])
+            };
+            let mut next = [u32::MAX; FAR];
+            for g in 0..events.len().div_ceil(FAR) {
+                let now = group(g);
+                self.hint_group([group(g + 2), group(g + 1), now], &ahead, &mut next);
+                self.ingest_run(now, &mut ahead, false, &mut due, c);
+                ahead = next;
             }
             return due;
         }
@@ -409,22 +422,28 @@ impl Target {
         }
     }
 
-    /// The WASM guest's stand-in for the staged prefetch: the three stages for a group
-    /// of at most `FAR` events, one stage at a time over the group, before they are
-    /// analysed. A hint there is a load that holds retirement until its line arrives
-    /// (see [`crate::prefetch`]); issued back to back, a group's misses overlap instead
-    /// of adding up.
+    /// The WASM guest's form of the staged prefetch, for three groups of at most `FAR`
+    /// events: `[index, thread, call]` get stage 1, 2 and 3. Stage 2 finds the slots of
+    /// the thread group in `next`; stage 3 reads those of the call group in `now`. The
+    /// hints are queued and issued by the host in one call ([`crate::prefetch::flush`]):
+    /// a call spills the caller's registers, so it is not made inside the per-event loop.
     #[inline(never)]
-    fn touch_group(&self, group: &[SyscallEvent], ahead: &mut [u32; FAR]) {
-        for e in group {
+    fn hint_group(
+        &self,
+        [index, thread, call]: [&[SyscallEvent]; 3],
+        now: &[u32; FAR],
+        next: &mut [u32; FAR],
+    ) {
+        for e in index {
             self.index.prefetch(e.tid);
         }
-        for (j, e) in group.iter().enumerate() {
-            self.prefetch_thread(Some(e), j, ahead);
+        for (j, e) in thread.iter().enumerate() {
+            self.prefetch_thread(Some(e), j, next);
         }
-        for (j, e) in group.iter().enumerate() {
-            self.prefetch_call(Some(e), j, ahead);
+        for (j, e) in call.iter().enumerate() {
+            self.prefetch_call(Some(e), j, now);
         }
+        crate::prefetch::flush();
     }
 
     /// Evaluates the cadence ticks at or before `ts` (an event's time), in order.

@@ -9,6 +9,8 @@
 //! [`faultline_engine::Engine`]; the pipeline calls it from a blocking task.
 
 mod config;
+#[cfg(feature = "wasm")]
+mod guest_imports;
 mod native;
 #[cfg(feature = "wasm")]
 mod wasm;

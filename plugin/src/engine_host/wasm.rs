@@ -19,10 +19,11 @@ use faultline_engine::report::{Calibration, EngineCounters};
 use faultline_engine::{Params, Report, SyscallEvent};
 use serde::de::DeserializeOwned;
 use wasmtime::{
-    Config, Engine as WasmEngine, Instance, Memory, Module, Store, StoreLimits, StoreLimitsBuilder,
+    Config, Engine as WasmEngine, Instance, Linker, Memory, Module, Store, StoreLimitsBuilder,
     TypedFunc,
 };
 
+use super::guest_imports::{self, GuestData};
 use super::{EngineHost, EngineKind, HostConfig, HostError};
 use crate::pipeline::telemetry::Telemetry;
 
@@ -69,7 +70,7 @@ struct Exports {
 }
 
 impl Exports {
-    fn resolve(store: &mut Store<StoreLimits>, inst: &Instance) -> wasmtime::Result<Self> {
+    fn resolve(store: &mut Store<GuestData>, inst: &Instance) -> wasmtime::Result<Self> {
         Ok(Self {
             alloc: inst.get_typed_func(&mut *store, "fl_alloc")?,
             free: inst.get_typed_func(&mut *store, "fl_free")?,
@@ -97,7 +98,7 @@ struct CallBudget {
 
 /// One live instance of the guest.
 struct Guest {
-    store: Store<StoreLimits>,
+    store: Store<GuestData>,
     memory: Memory,
     fx: Exports,
     /// Reused argument buffer in guest memory (pointer, capacity).
@@ -107,8 +108,7 @@ struct Guest {
 
 impl Guest {
     fn instantiate(
-        engine: &WasmEngine,
-        module: &Module,
+        compiled: &Compiled,
         memory_limit: usize,
         budget: CallBudget,
     ) -> wasmtime::Result<Self> {
@@ -118,8 +118,8 @@ impl Guest {
             .instances(1)
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(engine, limits);
-        store.limiter(|l| l);
+        let mut store = Store::new(&compiled.engine, GuestData::new(limits));
+        store.limiter(|d| &mut d.limits);
         // Instantiation runs the guest's start code: under the same budget as a call.
         if let Some(f) = budget.fuel {
             store.set_fuel(f)?;
@@ -127,10 +127,11 @@ impl Guest {
         if let Some(t) = budget.epoch_ticks {
             store.set_epoch_deadline(t);
         }
-        let inst = Instance::new(&mut store, module, &[])?;
+        let inst = compiled.linker.instantiate(&mut store, &compiled.module)?;
         let memory = inst
             .get_memory(&mut store, "memory")
             .ok_or_else(|| wasmtime::format_err!("the guest exports no `memory`"))?;
+        store.data_mut().memory = Some(memory);
         let fx = Exports::resolve(&mut store, &inst)?;
         let version: TypedFunc<(), u32> = inst.get_typed_func(&mut store, "fl_abi_version")?;
         let v = version.call(&mut store, ())?;
@@ -269,6 +270,8 @@ const EPOCH_TICK: Duration = Duration::from_millis(10);
 struct Compiled {
     engine: WasmEngine,
     module: Module,
+    /// Defines the guest's imports.
+    linker: Linker<GuestData>,
 }
 
 /// Which metering a compiled guest has: (fuel, epoch deadline).
@@ -304,7 +307,13 @@ fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
             })
             .map_err(|e| HostError::Unavailable(format!("cannot start the epoch timer: {e}")))?;
     }
-    let c = Arc::new(Compiled { engine, module });
+    let linker = guest_imports::linker(&engine)
+        .map_err(|e| HostError::Unavailable(format!("cannot define the guest's imports: {e}")))?;
+    let c = Arc::new(Compiled {
+        engine,
+        module,
+        linker,
+    });
     cache.push(((fuel, epoch), c.clone()));
     Ok(c)
 }
@@ -373,13 +382,8 @@ impl WasmHost {
     /// A fresh instance with the default and per-target parameters applied.
     fn start_guest(&self) -> Result<Guest, HostError> {
         let unavailable = |what: &str, e: String| HostError::Unavailable(format!("{what}: {e}"));
-        let mut g = Guest::instantiate(
-            &self.compiled.engine,
-            &self.compiled.module,
-            self.memory_limit,
-            self.budget,
-        )
-        .map_err(|e| unavailable("cannot instantiate the guest", e.to_string()))?;
+        let mut g = Guest::instantiate(&self.compiled, self.memory_limit, self.budget)
+            .map_err(|e| unavailable("cannot instantiate the guest", e.to_string()))?;
         let describe = |f: CallFail| match f {
             CallFail::Wasm(e) => e.to_string(),
             CallFail::Status { status, message } => format!("{status}: {message}"),
@@ -452,6 +456,14 @@ impl WasmHost {
         self.guest
             .as_ref()
             .map_or(0, |g| g.memory.data_size(&g.store))
+    }
+
+    /// Cache lines the current guest has had the host prefetch (`fl_prefetch`): zero
+    /// unless a target has hundreds of threads whose events interleave.
+    pub fn prefetched_lines(&self) -> u64 {
+        self.guest
+            .as_ref()
+            .map_or(0, |g| g.store.data().prefetched_lines)
     }
 }
 

@@ -19,12 +19,13 @@ pub mod guest;
 #[cfg(target_arch = "wasm32")]
 mod exports;
 
-/// Version of the export list and its semantics; the host refuses a guest with another.
+/// Version of the export and import lists and their semantics; the host refuses a guest with another.
 /// Bump on any incompatible change to an export's signature or meaning.
 /// 2: record kind 3 (on-CPU time) in event batches.
 /// 3: record kind 4 (a switch off the CPU) in event batches.
 /// 4: record kind 5 (a report of lost records) in event batches.
-pub const ABI_VERSION: u32 = 4;
+/// 5: the guest imports `faultline.fl_prefetch` (see `wasm-guest/ABI.md`).
+pub const ABI_VERSION: u32 = 5;
 
 /// What every `fl_*` call that can fail returns.
 ///
