@@ -10,7 +10,8 @@
 //! the 8,030-thread LTTng `many-threads` trace, 0.98–1.0 for MariaDB/PostgreSQL/Apache perf
 //! traces). They are generated before timing, and are fed in batches
 //! of 4096 events like the pipeline does, draining reports every 64 batches. Each case
-//! runs a few times on a fresh engine and the median is reported. Rates are events per
+//! runs a few times on a fresh engine, in memory the previous one used (see [`measure`]),
+//! and the median is reported. Rates are events per
 //! second of the calling thread's CPU time (the engine runs on it in both hostings), so
 //! other processes sharing the core do not count.
 //!
@@ -30,7 +31,9 @@
 //! `FL_BENCH_DIGEST=1` also prints a hash of every report each case produced
 //! (continuous, `finish` and an on-demand trigger), so an optimisation can be checked
 //! to leave the results bit for bit unchanged; `FL_BENCH_NO_DEADLINE=1` runs the WASM
-//! host without the epoch deadline (shows its cost); `FAULTLINE_WASM_PERFMAP=1` lets
+//! host without the epoch deadline (shows its cost); `FL_BENCH_COLD_WASM=1` gives each
+//! WASM repetition a fresh instance (shows the cost of faulting its memory in);
+//! `FAULTLINE_WASM_PERFMAP=1` lets
 //! `perf record` name the guest's JIT-compiled functions.
 
 use std::hint::black_box;
@@ -275,43 +278,66 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs.get(xs.len() / 2).copied().unwrap_or(f64::NAN)
 }
 
-fn new_host(wasm: bool) -> Box<dyn EngineHost> {
-    let params = Params::default();
-    if wasm {
-        let telemetry = Arc::new(Telemetry::default());
-        let config = HostConfig {
-            call_timeout_ms: if std::env::var_os("FL_BENCH_NO_DEADLINE").is_some() {
-                None
-            } else {
-                HostConfig::default().call_timeout_ms
-            },
-            ..HostConfig::default()
-        };
-        match WasmHost::new(&config, params, telemetry) {
-            Ok(h) => Box::new(h),
-            Err(e) => panic!("cannot start the WASM host: {e}"),
-        }
-    } else {
-        match NativeHost::new(params) {
-            Ok(h) => Box::new(h),
-            Err(e) => panic!("cannot start the native host: {e}"),
-        }
+fn new_wasm_host() -> WasmHost {
+    let telemetry = Arc::new(Telemetry::default());
+    let config = HostConfig {
+        call_timeout_ms: if std::env::var_os("FL_BENCH_NO_DEADLINE").is_some() {
+            None
+        } else {
+            HostConfig::default().call_timeout_ms
+        },
+        ..HostConfig::default()
+    };
+    match WasmHost::new(&config, Params::default(), telemetry) {
+        Ok(h) => h,
+        Err(e) => panic!("cannot start the WASM host: {e}"),
+    }
+}
+
+fn new_native_host() -> NativeHost {
+    match NativeHost::new(Params::default()) {
+        Ok(h) => h,
+        Err(e) => panic!("cannot start the native host: {e}"),
     }
 }
 
 /// Median events/s over the repetitions (fresh engines), the state estimate, the digest.
+///
+/// Every repetition gets a fresh engine in memory already faulted in: the native engine
+/// allocates from the process heap, which keeps the pages of the engine dropped before;
+/// the WASM engine is re-created inside one guest ([`WasmHost::reset_engine`]), whose
+/// allocator does the same. With a fresh instance per repetition instead
+/// (`FL_BENCH_COLD_WASM=1`) only the guest would pay first-touch page faults on every
+/// repetition.
 fn measure(wasm: bool, case: &Case) -> (f64, usize, Option<u64>) {
     let mut rates = Vec::new();
     let mut state = 0;
     let mut dig = None;
     let reps = if quick() { 1 } else { reps() };
+    let cold_wasm = std::env::var_os("FL_BENCH_COLD_WASM").is_some();
+    let mut guest: Option<WasmHost> = None;
     for r in 0..reps {
-        let mut host = new_host(wasm);
-        // The first run also hashes the reports (outside the timed spans).
-        let out = run(host.as_mut(), case, r == 0 && digest_wanted());
+        let mut native;
+        let host: &mut dyn EngineHost = if wasm {
+            match guest.as_mut() {
+                Some(g) if !cold_wasm => {
+                    if let Err(e) = g.reset_engine() {
+                        panic!("cannot reset the WASM engine: {e}");
+                    }
+                    g
+                }
+                _ => guest.insert(new_wasm_host()),
+            }
+        } else {
+            native = new_native_host();
+            &mut native
+        };
+        // The last run also hashes the reports (outside the timed spans): with more than
+        // one repetition, a reset engine's.
+        let out = run(host, case, r + 1 == reps && digest_wanted());
         rates.push(case.events as f64 / out.elapsed.as_secs_f64());
         state = out.state;
-        if r == 0 && digest_wanted() {
+        if r + 1 == reps && digest_wanted() {
             dig = Some(out.digest);
         }
     }
@@ -380,7 +406,11 @@ fn status_kib(field: &str) -> Option<u64> {
 /// Child mode: stream a 10,000-thread case through one hosting without holding the
 /// events, then print the peak RSS in KiB.
 fn rss_child(kind: &str) {
-    let mut host = new_host(kind == "wasm");
+    let mut host: Box<dyn EngineHost> = if kind == "wasm" {
+        Box::new(new_wasm_host())
+    } else {
+        Box::new(new_native_host())
+    };
     let mut batch = Vec::with_capacity(BATCH);
     let mut stream = generate(&spec(10_000, EventShape::Complete, false));
     loop {

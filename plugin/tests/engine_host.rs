@@ -181,6 +181,37 @@ fn native_and_wasm_agree_with_hundreds_of_interleaved_threads() {
     assert!(lines > 1_000_000, "{lines} lines prefetched");
 }
 
+/// A reset engine starts from nothing (the same answers as a fresh guest) but in the
+/// guest's memory, which therefore does not grow.
+#[test]
+fn a_reset_engine_answers_like_a_fresh_one_in_the_same_memory() {
+    let fault = environment_fault();
+    let start_ns = StreamSpec::default().start_ns;
+    let fault_at = start_ns + (fault.start_seconds * 1e9) as u64;
+    let events = stream(300, EventShape::Complete, fault);
+    let telemetry = Arc::new(Telemetry::default());
+    let mut host =
+        WasmHost::new(&HostConfig::default(), Params::default(), telemetry.clone()).unwrap();
+    let first = transcript(&mut host, &events, fault_at);
+    let memory = host.guest_memory_bytes();
+
+    host.reset_engine().unwrap();
+    assert_eq!(host.counters().unwrap().events, 0, "the state is gone");
+    let second = transcript(&mut host, &events, fault_at);
+    if let Some(d) = first_difference("$", &first, &second) {
+        panic!("a reset engine answers differently at {d}");
+    }
+    assert_eq!(
+        host.guest_memory_bytes(),
+        memory,
+        "the guest's memory was reused"
+    );
+    assert_eq!(
+        (telemetry.guest_traps(), telemetry.guest_restarts()),
+        (0, 0)
+    );
+}
+
 #[test]
 fn a_trapping_guest_is_restarted_and_keeps_serving() {
     let telemetry = Arc::new(Telemetry::default());
