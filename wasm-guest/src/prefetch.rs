@@ -8,10 +8,10 @@
 //! stand-in, a volatile load, holds retirement until the line arrives. So in the guest a
 //! hint only queues the line's address, and [`flush`] hands the queue to the host's
 //! `fl_prefetch` import, which issues the prefetches on guest memory (see
-//! `wasm-guest/ABI.md`). A host call spills every live register of the wasm caller, so
-//! the guest queues a group of events' hints at a time, outside its per-event loop
-//! (`Target::hint_group`). Hints take references, so a queued address always lies
-//! inside guest memory.
+//! `wasm-guest/ABI.md`). A call inside the per-event loop makes the compiled loop spill
+//! its live values around it, so the guest queues a group of events' hints at a time,
+//! between groups (`Target::hint_group`). Hints take references, so a queued address
+//! always lies inside guest memory.
 
 /// Bytes of a cache line on the targets we run on.
 const LINE: usize = 64;

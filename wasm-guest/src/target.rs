@@ -426,7 +426,7 @@ impl Target {
     /// events: `[index, thread, call]` get stage 1, 2 and 3. Stage 2 finds the slots of
     /// the thread group in `next`; stage 3 reads those of the call group in `now`. The
     /// hints are queued and issued by the host in one call ([`crate::prefetch::flush`]):
-    /// a call spills the caller's registers, so it is not made inside the per-event loop.
+    /// inside the per-event loop a call would make the compiled loop spill its live values.
     #[inline(never)]
     fn hint_group(
         &self,
