@@ -450,6 +450,8 @@ fn cases() -> Vec<Box<dyn Fn() -> Option<Case>>> {
     for (threads, bursty) in [
         (100u32, false),
         (1_000u32, false),
+        (2_000, false),
+        (4_000, false),
         (10_000, false),
         (10_000, true),
     ] {
