@@ -390,11 +390,16 @@ fn live_perf_record_pipe_streams_a_command() {
     // dd under a shell that waits for it: the shell forks (dd is not its last command)
     // and sleeps in wait4 while dd runs, a switch away that is always recorded. dd's own
     // switches are not certain: it never blocks, and perf stops following a task in
-    // do_exit, before its last switch.
+    // do_exit, before its last switch. Nor is its on-CPU time: the kernel accounts a
+    // running task at each scheduler tick and when it leaves the CPU, and dd may exit
+    // within one tick (1 run in 15 alone). So the shell then spins ~70 ms, many ticks.
     let shell = vec![
         "sh".to_string(),
         "-c".to_string(),
-        format!("{}; true", dd_args().join(" ")),
+        format!(
+            "{}; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; true",
+            dd_args().join(" ")
+        ),
     ];
     let mut r =
         spawn_script(&PerfTarget::Command(shell), Arch::X86_64, stats.clone()).expect("spawn perf");
@@ -414,16 +419,20 @@ fn live_perf_record_pipe_streams_a_command() {
         "writes {writes}"
     );
     assert_eq!(stats.dropped(DropReason::KernelLost), 0);
-    // The scheduler's account of dd's CPU time rides along when the kernel has it.
+    // The scheduler's account of the shell's CPU time rides along when the kernel has it.
     let on_cpu_ns: u64 = batches
         .iter()
-        .filter(|b| b.process.comm.as_deref() == Some("dd"))
+        .filter(|b| b.process.comm.as_deref() == Some("sh"))
         .flat_map(|b| &b.events)
         .filter(|e| e.kind == EventKind::OnCpu)
         .map(|e| e.duration_ns)
         .sum();
     if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_stat_runtime").exists() {
-        assert!(on_cpu_ns > 0, "no on-CPU time recorded for dd");
+        // At least the spin, give or take the ticks at its ends.
+        assert!(
+            on_cpu_ns > 20_000_000,
+            "{on_cpu_ns} ns of on-CPU time recorded for the shell"
+        );
     }
     // So do switches away from the CPU: the shell's, blocked in wait4 for dd.
     let off_cpu = batches
