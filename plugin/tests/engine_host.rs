@@ -173,7 +173,7 @@ fn native_and_wasm_agree_on_a_software_fault_enter_exit_shape() {
 
 /// Thousands of threads, each event of another thread than the one before: the native
 /// engine prefetches a few events ahead, the guest has its host prefetch each group of
-/// events (`Target::hint_group`, from 2,048 threads); neither may change a result.
+/// events (`Target::hint_group`, from 1,500 threads when every event changes thread); neither may change a result.
 #[test]
 fn native_and_wasm_agree_with_thousands_of_interleaved_threads() {
     let lines = compare(2_500, EventShape::Complete, environment_fault());

@@ -10,7 +10,8 @@
 //! vectors grow only when a new thread or a new syscall of a thread appears. With many
 //! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
 //! thread record, then the channels the call will touch) so cache misses overlap (the
-//! WASM guest, a group of events at a time through its host: [`Target::hint_group`]);
+//! WASM guest, from ~1,500 threads, a group of events at a time through its host:
+//! [`Target::hint_group`]);
 //! a unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
@@ -348,7 +349,7 @@ impl Target {
         let mut ahead = [u32::MAX; FAR];
         let grouped = GROUPED && self.threads.len() >= GROUP_MIN_THREADS && {
             let changes = events.windows(2).filter(|w| w[0].tid != w[1].tid).count();
-            changes * 10 >= events.len() * GROUP_MIN_CHANGES
+            changes.saturating_mul(10) >= events.len().saturating_mul(GROUP_MIN_CHANGES)
                 && changes.saturating_mul(self.threads.len())
                     >= events.len().saturating_mul(GROUP_MIN_THREADS)
         };

@@ -473,12 +473,6 @@ impl WasmHost {
         }
     }
 
-    /// EXPERIMENT: a fresh engine in the same instance.
-    pub fn reset(&mut self) -> Result<(), HostError> {
-        let json = self.params_json.clone();
-        self.call("init", |g| g.init(&json))
-    }
-
     /// Bytes of the guest's linear memory (what the memory limit caps).
     pub fn guest_memory_bytes(&self) -> usize {
         self.guest
@@ -487,7 +481,7 @@ impl WasmHost {
     }
 
     /// Cache lines the current guest has had the host prefetch (`fl_prefetch`): zero
-    /// unless a target has hundreds of threads whose events interleave.
+    /// unless a target has thousands of threads whose events interleave.
     pub fn prefetched_lines(&self) -> u64 {
         self.guest
             .as_ref()
