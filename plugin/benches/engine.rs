@@ -33,6 +33,8 @@
 //! to leave the results bit for bit unchanged; `FL_BENCH_NO_DEADLINE=1` runs the WASM
 //! host without the epoch deadline (shows its cost); `FL_BENCH_COLD_WASM=1` gives each
 //! WASM repetition a fresh instance (shows the cost of faulting its memory in);
+//! `FL_BENCH_WARM=1` reads each batch once, untimed, just before it is fed (as a source
+//! hands over a batch it just built, instead of one from a queue backlog in memory);
 //! `FAULTLINE_WASM_PERFMAP=1` lets
 //! `perf record` name the guest's JIT-compiled functions.
 
@@ -57,6 +59,8 @@ const REPS: usize = 3;
 const EVENTS_PER_CASE: usize = 2_000_000;
 const STREAM_SECONDS: f64 = 30.0;
 const RSS_CHILD_ENV: &str = "FL_BENCH_RSS_CHILD";
+/// `FL_BENCH_WARM=1`: each batch is in cache when fed (see the module docs).
+const WARM_ENV: &str = "FL_BENCH_WARM";
 /// `FL_BENCH_QUICK=1`: only the first case, once, no RSS children (for quick comparisons).
 const QUICK_ENV: &str = "FL_BENCH_QUICK";
 /// The real trace of the last case (skipped when missing).
@@ -233,8 +237,14 @@ impl CpuClock {
 fn run(host: &mut dyn EngineHost, case: &Case, with_digest: bool) -> RunOut {
     let mut h = 0xcbf2_9ce4_8422_2325u64;
     let mut elapsed = Duration::ZERO;
+    let warm = std::env::var_os(WARM_ENV).is_some();
     let mut start = CpuClock::now();
     for (i, (target, chunk)) in case.batches.iter().enumerate() {
+        if warm {
+            elapsed += start.elapsed();
+            warm_up(chunk);
+            start = CpuClock::now();
+        }
         if let Err(e) = host.ingest(target, chunk) {
             panic!("ingest failed: {e}");
         }
@@ -271,6 +281,14 @@ fn run(host: &mut dyn EngineHost, case: &Case, with_digest: bool) -> RunOut {
         state,
         digest: h,
     }
+}
+
+/// Reads every event of `batch`, so that its lines are in cache when it is fed.
+fn warm_up(batch: &[SyscallEvent]) {
+    let sum = batch.iter().fold(0u64, |s, e| {
+        s.wrapping_add(e.ts_ns ^ e.duration_ns ^ u64::from(e.tid))
+    });
+    black_box(sum);
 }
 
 fn median(mut xs: Vec<f64>) -> f64 {
