@@ -110,21 +110,6 @@ pub fn line<T>(r: &T) {
     bytes(r, 1);
 }
 
-/// Starts fetching the lines of `*r`'s first and last bytes: all of it when it spans at
-/// most two lines (a record of at most 64 bytes, or of at most 128 aligned to its size's
-/// share of a line), in two hints instead of a loop.
-#[inline(always)]
-pub fn two_lines<T>(r: &T) {
-    let n = std::mem::size_of::<T>();
-    if n == 0 {
-        // A zero-sized value occupies no byte to fetch.
-        return;
-    }
-    let b = (r as *const T).cast::<u8>();
-    fetch(b);
-    fetch(b.wrapping_add(n - 1));
-}
-
 /// Starts fetching every line of `s`.
 #[inline(always)]
 pub fn slice<T>(s: &[T]) {
@@ -167,8 +152,6 @@ mod tests {
         slice(&v);
         slice(&v[..0]);
         line(&v[99]);
-        two_lines(&v[1]);
-        two_lines(&[0u8; 0]);
         bytes(&v[0], 10_000);
         bytes(&v[0], 0);
         assert_eq!(v.iter().sum::<u32>(), 100);

@@ -15,7 +15,8 @@
 //! a unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (96 + 152 B) + 8·k bytes) + episodes
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (136 + 152 B, and
+//! 8·k bytes of slab rings when k > [`INLINE_RING`]) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +
 //! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
@@ -54,7 +55,7 @@ use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{
     materialize_cold, BinSet, CallBins, Chan, ChanCold, ColdSlot, Episode, Increase, Series,
-    SeriesCold, Thread, EPISODE_TOP, GAP_KEY,
+    SeriesCold, Thread, EPISODE_TOP, GAP_KEY, INLINE_RING,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -328,8 +329,13 @@ impl Target {
             refresh_thread(t, &self.d);
         }
         if k_changed {
+            let slab = self.d.k > INLINE_RING;
             for t in self.threads.iter_mut() {
-                t.rings = vec![0.0; t.chans.len() * 2 * self.d.k];
+                t.rings = if slab {
+                    vec![0.0; t.chans.len() * 2 * self.d.k]
+                } else {
+                    Vec::new()
+                };
                 let at = t.unit_start_ns;
                 t.start_unit(at);
             }
@@ -693,13 +699,14 @@ impl Target {
         let ts = call.enter_ns;
         if let Some(g) = gap {
             let ci = th.chan_index(GAP_KEY, k, d.max_chans);
-            if let Some((ch, mut cold, ring, _)) = ci.and_then(|ci| chan_parts(th, ci, k)) {
+            if let Some(ch) = ci.and_then(|ci| th.chan_mut(ci, k)) {
                 let x = g as f32;
                 let pools = &mut self.pools;
+                let mut cold = ch.cold;
                 if let Some(r) = feed(
-                    &mut ch.dur,
+                    ch.dur,
                     &mut cold,
-                    ring,
+                    ch.dur_ring,
                     GAP_KEY,
                     pools,
                     false,
@@ -724,23 +731,16 @@ impl Target {
             Some(ci) => {
                 let mut key_tested = false;
                 // (The rings always match the channels, so the parts are always there.)
-                if let Some((ch, mut cold, ring_dur, ring_ia)) = chan_parts(th, ci, k) {
-                    let ia =
-                        (ch.dur.len > 0 && ts >= ch.last_enter_ns).then(|| ts - ch.last_enter_ns);
-                    ch.last_enter_ns = ts.max(1);
+                if let Some(ch) = th.chan_mut(ci, k) {
+                    let last = *ch.last_enter_ns;
+                    let ia = (ch.dur.len > 0 && ts >= last).then(|| ts - last);
+                    *ch.last_enter_ns = ts.max(1);
                     let pools = &mut self.pools;
                     let x = call.duration_ns as f32;
-                    if let Some(r) = feed(
-                        &mut ch.dur,
-                        &mut cold,
-                        ring_dur,
-                        key,
-                        pools,
-                        false,
-                        x,
-                        ts,
-                        d,
-                    ) {
+                    let mut cold = ch.cold;
+                    if let Some(r) =
+                        feed(ch.dur, &mut cold, ch.dur_ring, key, pools, false, x, ts, d)
+                    {
                         own_judged = ch.dur.baseline.gate_usable();
                         key_tested = true;
                         outlying |= ch.dur.run;
@@ -751,7 +751,7 @@ impl Target {
                     if let Some(x) = ia {
                         let x = -(x as f32);
                         if let Some(r) =
-                            feed(&mut ch.ia, &mut cold, ring_ia, key, pools, true, x, ts, d)
+                            feed(ch.ia, &mut cold, ch.ia_ring, key, pools, true, x, ts, d)
                         {
                             key_tested = true;
                             outlying |= ch.ia.run;
@@ -2099,21 +2099,6 @@ fn pool_index(key: u16) -> usize {
     const _: () = assert!(GAP_KEY == u16::MAX);
     usize::from(key.wrapping_add(1))
 }
-
-/// Channel `ci`'s records (hot, cold) and its two rings (execution time, inter-arrival),
-/// looked up once per call instead of once per series.
-#[inline(always)]
-fn chan_parts(th: &mut Thread, ci: usize, k: usize) -> Option<ChanParts<'_>> {
-    let base = ci * 2 * k;
-    let rings = th.rings.get_mut(base..base + 2 * k)?;
-    let (dur, ia) = rings.split_at_mut_checked(k)?;
-    let (n, cap) = (th.chans.len(), th.chans.capacity());
-    let cold = ColdSlot::new(&mut th.cold, ci, n, cap);
-    Some((th.chans.get_mut(ci)?, cold, dur, ia))
-}
-
-/// What [`chan_parts`] returns.
-type ChanParts<'a> = (&'a mut Chan, ColdSlot<'a>, &'a mut [f32], &'a mut [f32]);
 
 /// Pushes one value into a channel's series (`ring` is its ring), learns, tests.
 /// `None`: nothing was tested (no moving average yet, or no usable baseline); else

@@ -2,7 +2,8 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two baselines, two confirmation states; 96 + 152 bytes + 8·k) plus
+//! k-rings of `f32`, two baselines, two confirmation states; 136 + 152 bytes, plus 8·k
+//! for k > [`INLINE_RING`]) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
 //! a 256-bin call counter and three 256-bin bitmaps (the 960-byte [`Thread`] record);
 //! see [`Thread::bytes`].
@@ -11,11 +12,13 @@
 //! lands on a thread whose state is out of cache: the fields a call touches are packed
 //! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
 //! record, and each channel is split in two records kept in parallel vectors: [`Chan`]
-//! holds what every call touches (the ring state, the current epoch and the precomputed
-//! gate of both series' baselines: 96 bytes, 32-aligned, so exactly two cache lines,
-//! the first of which is all a gap channel's call touches), and [`ChanCold`] the
-//! approved and pending epochs and the confirmation states, read only on a possible
+//! holds what every call touches (the moving averages with their rings, the current
+//! epoch and the precomputed gate of both series' baselines: 136 bytes, three cache
+//! lines, the first 76 of which are all a gap channel's call touches), and [`ChanCold`]
+//! the approved and pending epochs and the confirmation states, read only on a possible
 //! outlier, at an epoch boundary or by evaluations. Only the hot records are prefetched.
+//! The rings sit inside the channel record for the paper's k = 5 (and any k up to
+//! [`INLINE_RING`]); a larger k keeps them in a per-thread slab instead.
 
 use crate::detector::{BaselineCold, BaselineHot, Confirm};
 use crate::pairing::Pairer;
@@ -168,13 +171,21 @@ impl Series {
     }
 }
 
+/// Ring entries of each series kept inside its [`Chan`] record: the paper's k = 5.
+///
+/// In a separate slab the rings cost a call 1–2 more cache lines per channel, in
+/// another page; at 2,000–10,000 threads, where every call misses, that was 10–30 % of
+/// the native ingest time (measured with the ring misses removed). A larger k uses the
+/// slab ([`Thread::rings`]) and leaves these entries unused.
+pub const INLINE_RING: usize = 5;
+
 /// What a call of one syscall type (or the gap) of one thread touches; the rest of the
 /// channel is the [`ChanCold`] at the same index.
 ///
-/// 96 bytes, aligned to 32: every record spans exactly two cache lines, and what a gap
-/// call touches (`unit`, `dur`) lies in its first 56 bytes.
+/// 136 bytes, three cache lines; each series' ring (k ≤ [`INLINE_RING`]) follows the
+/// series, so what a gap call touches (`unit`, `dur` and its ring) is the first 76 bytes.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C, align(32))]
+#[repr(C)]
 pub struct Chan {
     /// The thread's unit generation this channel's moving averages belong to; when it
     /// differs from [`Thread::unit`] they are reset on next use (see [`Thread::start_unit`]).
@@ -186,11 +197,27 @@ pub struct Chan {
     pub last_enter_ns: u64,
     /// Execution time (or gap length for [`GAP_KEY`]).
     pub dur: Series,
+    /// `dur`'s ring when k ≤ [`INLINE_RING`].
+    pub dur_ring: [f32; INLINE_RING],
     /// Inter-arrival time of this syscall within the unit: the frequency channel.
     pub ia: Series,
+    /// `ia`'s ring when k ≤ [`INLINE_RING`].
+    pub ia_ring: [f32; INLINE_RING],
 }
 
-const _: () = assert!(std::mem::size_of::<Chan>() == 96);
+const _: () = assert!(std::mem::size_of::<Chan>() == 136);
+
+/// A channel's parts one call updates, borrowed apart so its series and their rings
+/// (inside the record, or in the thread's slab for a larger k) can be used together.
+#[derive(Debug)]
+pub struct ChanMut<'a> {
+    pub last_enter_ns: &'a mut u64,
+    pub dur: &'a mut Series,
+    pub ia: &'a mut Series,
+    pub dur_ring: &'a mut [f32],
+    pub ia_ring: &'a mut [f32],
+    pub cold: ColdSlot<'a>,
+}
 
 impl Chan {
     /// Either series learned something in the current epoch (read by epoch rotation,
@@ -210,7 +237,7 @@ pub struct ChanCold {
     pub ia: SeriesCold,
 }
 
-/// Leading bytes of a [`Chan`] a gap channel's call touches (`unit` and `dur`).
+/// Leading bytes of a [`Chan`] a gap channel's call touches (`unit`, `dur` and its ring).
 const GAP_CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
 
 impl ChanCold {
@@ -589,8 +616,6 @@ pub struct Thread {
     /// Exit time of the previous call (0 = no call yet).
     pub last_exit_ns: u64,
     pub unit_start_ns: u64,
-    /// When the last episode was recorded (for the refractory period).
-    pub last_episode_ns: u64,
     pub tid: u32,
     /// An episode was already recorded in the current unit (only the first counts).
     pub unit_has_episode: bool,
@@ -612,12 +637,16 @@ pub struct Thread {
     /// channel records on the heap.
     pub keys: [u16; INLINE_KEYS],
     pub chans: Vec<Chan>,
-    /// Ring slab: channel i owns `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
-    pub rings: Vec<f32>,
     /// Bins in which any channel was tested.
     pub tested: BinSet,
     /// Calls per bin (its [`CallBins::HOT_BYTES`] end the per-call part of the record).
     pub calls: CallBins,
+    /// When the last episode was recorded (for the refractory period; read when an
+    /// outlier is confirmed, so outside the per-call part).
+    pub last_episode_ns: u64,
+    /// Ring slab, used only when k > [`INLINE_RING`] (else empty): channel i owns
+    /// `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
+    pub rings: Vec<f32>,
     /// Bins in which a disk/network I/O channel was tested (filtering mode; only I/O
     /// calls touch it, so it is outside the per-call part).
     pub tested_io: BinSet,
@@ -674,6 +703,37 @@ impl Thread {
         c.unit == self.unit
     }
 
+    /// Channel `ci`'s series, their rings and its cold record, for one call (k: the
+    /// moving average's length).
+    #[inline(always)]
+    pub fn chan_mut(&mut self, ci: usize, k: usize) -> Option<ChanMut<'_>> {
+        let (n, cap) = (self.chans.len(), self.chans.capacity());
+        let Chan {
+            last_enter_ns,
+            dur,
+            dur_ring,
+            ia,
+            ia_ring,
+            ..
+        } = self.chans.get_mut(ci)?;
+        let (dur_ring, ia_ring) = if k <= INLINE_RING {
+            (dur_ring.get_mut(..k)?, ia_ring.get_mut(..k)?)
+        } else {
+            let base = ci * 2 * k;
+            self.rings
+                .get_mut(base..base + 2 * k)?
+                .split_at_mut_checked(k)?
+        };
+        Some(ChanMut {
+            last_enter_ns,
+            dur,
+            ia,
+            dur_ring,
+            ia_ring,
+            cold: ColdSlot::new(&mut self.cold, ci, n, cap),
+        })
+    }
+
     /// Index of `key`'s channel, if the thread has one.
     #[inline]
     pub fn find_chan(&self, key: u16) -> Option<usize> {
@@ -710,20 +770,25 @@ impl Thread {
     #[inline(always)]
     pub fn prefetch_call(&self, key: u16, k: usize) -> bool {
         let found = self.find_chan(key);
+        let slab = k > INLINE_RING;
         if let Some(ci) = found {
             if let Some(c) = self.chans.get(ci) {
-                crate::prefetch::two_lines(c);
+                crate::prefetch::bytes(c, std::mem::size_of::<Chan>());
             }
-            if let Some(r) = self.rings.get(ci * 2 * k..(ci + 1) * 2 * k) {
-                crate::prefetch::slice(r);
+            if slab {
+                if let Some(r) = self.rings.get(ci * 2 * k..(ci + 1) * 2 * k) {
+                    crate::prefetch::slice(r);
+                }
             }
         }
         if let Some(gi) = usize::from(self.gap_chan).checked_sub(1) {
             if let Some(c) = self.chans.get(gi) {
                 crate::prefetch::bytes(c, GAP_CHAN_HOT_BYTES);
             }
-            if let Some(r) = self.rings.get(gi * 2 * k..gi * 2 * k + k) {
-                crate::prefetch::slice(r);
+            if slab {
+                if let Some(r) = self.rings.get(gi * 2 * k..gi * 2 * k + k) {
+                    crate::prefetch::slice(r);
+                }
             }
         }
         found.is_some()
@@ -765,12 +830,14 @@ impl Thread {
                 self.more_keys.push(key);
             }
         }
-        // Rings follow the channels' capacity (exactly, never amortized doubling).
-        let ring_cap = self.chans.capacity() * 2 * k;
-        if self.rings.capacity() < ring_cap {
-            self.rings.reserve_exact(ring_cap - self.rings.len());
+        if k > INLINE_RING {
+            // Slab rings follow the channels' capacity (exactly, never amortized doubling).
+            let ring_cap = self.chans.capacity() * 2 * k;
+            if self.rings.capacity() < ring_cap {
+                self.rings.reserve_exact(ring_cap - self.rings.len());
+            }
+            self.rings.resize(self.chans.len() * 2 * k, 0.0);
         }
-        self.rings.resize(self.chans.len() * 2 * k, 0.0);
         Some(self.chans.len() - 1)
     }
 
@@ -853,6 +920,7 @@ impl Thread {
         if let Some(cold) = self.cold.get_mut(i) {
             *cold = ChanCold::default();
         }
+        // (Rings inside the record restarted with it; a larger k's are in the slab.)
         if let Some(ring) = self.rings.get_mut(i * 2 * k..(i + 1) * 2 * k) {
             ring.fill(0.0);
         }
@@ -969,12 +1037,15 @@ mod tests {
         t.chans[1].last_enter_ns = 0;
         assert_eq!(t.recycle_chan(9, 5, 4 * S, 3 * S, 60 * S), None);
         t.chans[1].last_enter_ns = S;
-        t.rings.fill(7.0);
+        for c in &mut t.chans {
+            (c.dur_ring, c.ia_ring) = ([7.0; INLINE_RING], [7.0; INLINE_RING]);
+        }
         assert_eq!(t.recycle_chan(9, 5, 10 * S, 3 * S, 60 * S), Some(1));
         assert_eq!((t.find_chan(9), t.find_chan(1)), (Some(1), None));
         assert_eq!(t.chans[1].key, 9);
+        let c = &t.chans[1];
         assert!(
-            t.rings[10..20].iter().all(|&x| x == 0.0),
+            c.dur_ring.iter().chain(&c.ia_ring).all(|&x| x == 0.0),
             "its rings restart"
         );
         assert_eq!(t.recycle_chan(8, 5, 10 * S, 3 * S, 60 * S), Some(2));
@@ -984,6 +1055,34 @@ mod tests {
         assert_eq!(t.recycle_chan(7, 5, 63 * S, 3 * S, 60 * S), Some(3));
         // The gap channel is never handed over.
         assert_eq!(t.find_chan(GAP_KEY), Some(0));
+    }
+
+    #[test]
+    fn rings_live_in_the_record_up_to_inline_ring_and_in_the_slab_beyond() {
+        for k in [3, INLINE_RING, INLINE_RING + 2] {
+            let mut t = Thread::new(1, 0);
+            let (a, b) = (
+                t.chan_index(4, k, 64).unwrap(),
+                t.chan_index(5, k, 64).unwrap(),
+            );
+            let slab = k > INLINE_RING;
+            assert_eq!(t.rings.len(), if slab { 2 * 2 * k } else { 0 }, "k = {k}");
+            // Fills both series of channel `a`: channel `b`'s stay untouched.
+            let mut last = None;
+            for x in 1..=k + 1 {
+                let p = t.chan_mut(a, k).unwrap();
+                assert_eq!((p.dur_ring.len(), p.ia_ring.len()), (k, k));
+                last = p.dur.push(p.dur_ring, x as f32);
+                p.ia.push(p.ia_ring, 10.0 * x as f32);
+            }
+            // The average of 2..=k+1.
+            assert_eq!(last, Some((k as f32 + 3.0) / 2.0), "k = {k}");
+            let p = t.chan_mut(b, k).unwrap();
+            assert!(p.dur_ring.iter().chain(p.ia_ring.iter()).all(|&x| x == 0.0));
+            assert_eq!(p.dur.current(k), None);
+            let p = t.chan_mut(a, k).unwrap();
+            assert_eq!(p.ia.current(k), Some(10.0 * (k as f32 + 3.0) / 2.0));
+        }
     }
 
     #[test]
