@@ -723,7 +723,13 @@ impl Target {
             }
         }
         // 3. The syscall's execution time and frequency channels.
-        let key = call.syscall.0;
+        // The gap channel's key is no syscall's: an id that collides with it (from a
+        // batch, never from the name tables) is analysed as an unknown syscall instead
+        // of feeding the thread's gap series.
+        let key = match call.syscall.0 {
+            GAP_KEY => SyscallId::UNKNOWN.0,
+            id => id,
+        };
         // Whether the thread's own execution-time baseline judged this call.
         let mut own_judged = false;
         let ci = th.chan_index(key, k, d.max_chans);
@@ -2322,5 +2328,27 @@ mod tests {
         assert!(sk.estimate_current(key2(1, 2)) >= 10);
         assert!(t.bytes() >= before + sk.bytes());
         assert_eq!(t.overflow_ids.first().map(|w| w & 0b1100), Some(0b1100));
+    }
+
+    #[test]
+    fn a_syscall_id_equal_to_the_gap_key_is_an_unknown_syscall() {
+        let mut t = Target::new("t", Params::default());
+        let mut c = EngineCounters::default();
+        // Calls 3 ms long, 4 ms apart: gaps of 1 ms; the odd id's durations must not
+        // reach the gap series.
+        let evs: Vec<SyscallEvent> = (0..40u64)
+            .map(|i| SyscallEvent::complete(1, 1, SyscallId(GAP_KEY), i * 4_000_000, 3_000_000))
+            .collect();
+        t.ingest(&evs, &mut c);
+        let th = t.threads.get(0).expect("the thread");
+        let chan = |key| {
+            th.find_chan(key)
+                .and_then(|i| th.chans.get(i))
+                .expect("a channel")
+        };
+        let k = t.d.k;
+        assert_eq!(chan(SyscallId::UNKNOWN.0).dur.current(k), Some(3_000_000.0));
+        assert_eq!(chan(GAP_KEY).dur.current(k), Some(1_000_000.0));
+        assert_eq!(th.chans.len(), 2);
     }
 }
