@@ -52,11 +52,24 @@ proptest! {
         batches in prop::collection::vec(prop::collection::vec(event(), 0..200), 1..8),
         targets in prop::collection::vec("[a-c]", 1..8),
         trigger_at in any::<u64>(),
+        // k ≤ 5 keeps the rings in the channel records, a larger k in a slab; a target
+        // may switch between the two mid-stream.
+        ks in prop::collection::vec(prop_oneof![Just(3usize), Just(5), Just(7)], 1..4),
     ) {
-        let p = small_params();
+        let p = Params {
+            moving_average_k: ks[0],
+            ..small_params()
+        };
         let mut e = Engine::new(p.clone()).expect("valid");
         for (i, b) in batches.iter().enumerate() {
             let t = &targets[i % targets.len()];
+            if let Some(&k) = ks.get(i).filter(|_| i > 0) {
+                let q = Params {
+                    moving_average_k: k,
+                    ..p.clone()
+                };
+                e.set_target_params(t, q).expect("valid");
+            }
             e.ingest(t, b);
             for r in e.take_reports() {
                 prop_assert!(r.impact_factor >= 0.0 && r.impact_factor <= 1.0);

@@ -74,6 +74,24 @@ fn slowdown_hitting_every_thread_at_once_is_external() {
     assert!(onset >= fault_start_ns(&s) && onset < fault_start_ns(&s) + 1_000_000_000);
 }
 
+/// A k beyond the rings kept inside the channel records (the slab path) diagnoses the
+/// same environment fault, and so does k = 3 (shorter rings in the records).
+#[test]
+fn other_moving_average_lengths_see_the_same_environment_fault() {
+    let s = global_slowdown_spec();
+    for k in [3, 8] {
+        let params = Params {
+            moving_average_k: k,
+            ..Params::default()
+        };
+        let (_, mut engine) = run(&s, params);
+        let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+        assert_eq!(r.verdict, Verdict::External, "k = {k}: {r:#?}");
+        assert!(r.impact_factor > 0.9, "k = {k}: τ = {}", r.impact_factor);
+        assert_eq!(r.parameters.moving_average_k, k);
+    }
+}
+
 /// `s` with every thread slowed ×8 at 65 s (so the baselines are ready, ≈ 40 s, well
 /// before the alarms), run through the engine: (the slowdown's start, the engine).
 fn run_late_slowdown(s: StreamSpec) -> (u64, Engine) {
