@@ -134,8 +134,10 @@ fn span(b: *const u8, n: usize) {
         fetch(b.wrapping_add(off));
         off += LINE;
     }
-    if n > 0 {
-        // The last byte's line, when the span is not line-aligned.
+    // The last byte's line, when the loop's last hint fell on an earlier one (the span
+    // is not line-aligned): an aligned record gets one hint per line.
+    let last = b as usize + (n - 1);
+    if last / LINE != (b as usize + (off - LINE)) / LINE {
         fetch(b.wrapping_add(n - 1));
     }
 }

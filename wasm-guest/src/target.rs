@@ -15,7 +15,7 @@
 //! a unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
-//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (136 + 152 B, and
+//! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (128 + 152 B, and
 //! 8·k bytes of slab rings when k > [`INLINE_RING`]) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +

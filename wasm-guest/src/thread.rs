@@ -2,7 +2,7 @@
 //! bounded record of confirmed outliers ("episodes").
 //!
 //! Memory per thread is bounded by `max_syscalls_per_thread` channels (each: two
-//! k-rings of `f32`, two baselines, two confirmation states; 136 + 152 bytes, plus 8·k
+//! k-rings of `f32`, two baselines, two confirmation states; 128 + 152 bytes, plus 8·k
 //! for k > [`INLINE_RING`]) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
 //! a 256-bin call counter and three 256-bin bitmaps (the 960-byte [`Thread`] record);
@@ -13,8 +13,9 @@
 //! at the front of [`Thread`] (one prefetchable span), channel keys live inline in the
 //! record, and each channel is split in two records kept in parallel vectors: [`Chan`]
 //! holds what every call touches (the moving averages with their rings, the current
-//! epoch and the precomputed gate of both series' baselines: 136 bytes, three cache
-//! lines, the first 76 of which are all a gap channel's call touches), and [`ChanCold`]
+//! epoch and the precomputed gate of both series' baselines: 128 bytes, 64-aligned, so
+//! exactly two cache lines, the first 72 bytes of which are all a gap channel's call
+//! touches), and [`ChanCold`]
 //! the approved and pending epochs and the confirmation states, read only on a possible
 //! outlier, at an epoch boundary or by evaluations. Only the hot records are prefetched.
 //! The rings sit inside the channel record for the paper's k = 5 (and any k up to
@@ -182,10 +183,11 @@ pub const INLINE_RING: usize = 5;
 /// What a call of one syscall type (or the gap) of one thread touches; the rest of the
 /// channel is the [`ChanCold`] at the same index.
 ///
-/// 136 bytes, three cache lines; each series' ring (k ≤ [`INLINE_RING`]) follows the
-/// series, so what a gap call touches (`unit`, `dur` and its ring) is the first 76 bytes.
+/// 128 bytes aligned to 64: exactly two cache lines, one aligned pair of them. Each
+/// series' ring (k ≤ [`INLINE_RING`]) follows the series, so what a gap call touches
+/// (`unit`, `dur` and its ring) is the first 72 bytes.
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(C)]
+#[repr(C, align(64))]
 pub struct Chan {
     /// The thread's unit generation this channel's moving averages belong to; when it
     /// differs from [`Thread::unit`] they are reset on next use (see [`Thread::start_unit`]).
@@ -205,7 +207,7 @@ pub struct Chan {
     pub ia_ring: [f32; INLINE_RING],
 }
 
-const _: () = assert!(std::mem::size_of::<Chan>() == 136);
+const _: () = assert!(std::mem::size_of::<Chan>() == 128);
 
 /// A channel's parts one call updates, borrowed apart so its series and their rings
 /// (inside the record, or in the thread's slab for a larger k) can be used together.
