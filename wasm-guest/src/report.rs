@@ -190,6 +190,10 @@ pub struct EngineCounters {
     /// more syscall types over its life than `max_syscalls_per_thread`).
     #[serde(default)]
     pub recycled_channels: u64,
+    /// Calls whose syscall id is the one reserved for the gap channel (65535, only from a
+    /// malformed batch or library caller): analysed as unknown syscalls (id 0).
+    #[serde(default)]
+    pub reserved_syscall_ids: u64,
 }
 
 /// One diagnosis of one target over one window.

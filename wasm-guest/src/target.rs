@@ -19,7 +19,7 @@
 //! 8·k bytes of slab rings when k > [`INLINE_RING`]) + episodes
 //! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +
-//! 16 × 0.28) KiB ≈ 52 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! 16 × 0.27) KiB ≈ 51 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! A channel is not held for good: once every channel of a thread is taken, a syscall
@@ -727,7 +727,10 @@ impl Target {
         // batch, never from the name tables) is analysed as an unknown syscall instead
         // of feeding the thread's gap series.
         let key = match call.syscall.0 {
-            GAP_KEY => SyscallId::UNKNOWN.0,
+            GAP_KEY => {
+                c.reserved_syscall_ids += 1;
+                SyscallId::UNKNOWN.0
+            }
             id => id,
         };
         // Whether the thread's own execution-time baseline judged this call.
@@ -2350,5 +2353,6 @@ mod tests {
         assert_eq!(chan(SyscallId::UNKNOWN.0).dur.current(k), Some(3_000_000.0));
         assert_eq!(chan(GAP_KEY).dur.current(k), Some(1_000_000.0));
         assert_eq!(th.chans.len(), 2);
+        assert_eq!(c.reserved_syscall_ids, 40, "each counted");
     }
 }

@@ -15,9 +15,9 @@
 //! holds what every call touches (the moving averages with their rings, the current
 //! epoch and the precomputed gate of both series' baselines: 128 bytes, 64-aligned, so
 //! exactly two cache lines, the first 72 bytes of which are all a gap channel's call
-//! touches), and [`ChanCold`]
-//! the approved and pending epochs and the confirmation states, read only on a possible
-//! outlier, at an epoch boundary or by evaluations. Only the hot records are prefetched.
+//! touches), and [`ChanCold`] the approved and pending epochs and the confirmation
+//! states, read only on a possible outlier, at an epoch boundary or by evaluations.
+//! Only the hot records are prefetched.
 //! The rings sit inside the channel record for the paper's k = 5 (and any k up to
 //! [`INLINE_RING`]); a larger k keeps them in a per-thread slab instead.
 

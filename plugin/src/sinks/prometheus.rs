@@ -518,6 +518,7 @@ impl Collector for SeriesCollector {
                 ("duplicate", engine.duplicate_records),
                 ("out_of_order", engine.out_of_order),
                 ("across_loss", engine.pairs_across_loss),
+                ("reserved_syscall_id", engine.reserved_syscall_ids),
             ]
             .into_iter()
             .map(|(k, v)| (vec![("kind", k)], v)),
