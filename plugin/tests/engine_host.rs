@@ -273,3 +273,85 @@ fn invalid_settings_are_refused_up_front() {
         Err(HostError::Config(_))
     ));
 }
+
+/// Whether this kernel can collapse memory into transparent huge pages on request
+/// (`MADV_COLLAPSE`, Linux 6.1+, THP not `never`).
+fn can_collapse() -> bool {
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+    mode.is_ok_and(|m| !m.contains("[never]")) && (major, minor) >= (6, 1)
+}
+
+/// Kilobytes of anonymous memory in huge pages in this process.
+fn anon_huge_kib() -> u64 {
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_guest_memory_is_handed_to_huge_pages_as_it_grows() {
+    const HUGE: u64 = 2 << 20;
+    let events: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 3000,
+        seconds: 4.0,
+        seed: 5,
+        ..StreamSpec::default()
+    })
+    .collect();
+    let run = |huge_pages: bool| {
+        let config = HostConfig {
+            huge_pages,
+            ..HostConfig::default()
+        };
+        let mut host =
+            WasmHost::new(&config, Params::default(), Arc::new(Telemetry::default())).unwrap();
+        for chunk in events.chunks(BATCH) {
+            host.ingest("db", chunk).unwrap();
+        }
+        let memory = host.guest_memory_bytes() as u64;
+        (host.huge_page_stats(), memory, host)
+    };
+
+    let (off, _, _) = run(false);
+    assert_eq!(
+        off,
+        Default::default(),
+        "huge_pages = false leaves the memory alone"
+    );
+
+    let (stats, memory, _host) = run(true);
+    assert!(
+        memory >= 4 * HUGE,
+        "the stream should grow the guest's memory: {memory}"
+    );
+    // Every whole aligned range was handed over (only the two partial ends are not).
+    let handled = stats.collapsed_bytes / HUGE + stats.refused_ranges;
+    assert!(
+        handled + 2 >= memory / HUGE,
+        "{handled} of {} ranges handed over: {stats:?}",
+        memory / HUGE
+    );
+    if can_collapse() {
+        // Only the first range (the module's data image, mapped from a file) is refused.
+        assert!(
+            stats.collapsed_bytes + 2 * HUGE >= memory - HUGE,
+            "{stats:?} for {memory} bytes"
+        );
+        let kib = anon_huge_kib();
+        assert!(
+            kib * 1024 >= stats.collapsed_bytes,
+            "{kib} KiB in huge pages, {} bytes collapsed",
+            stats.collapsed_bytes
+        );
+    } else {
+        eprintln!("this kernel cannot collapse on request: only the hand-over was checked");
+    }
+}

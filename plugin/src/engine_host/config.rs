@@ -50,6 +50,9 @@ pub struct HostConfig {
     /// Deterministic CPU budget of one guest call in wasmtime fuel units (≈ instructions).
     /// Off by default: metering costs throughput; the timeout already stops runaways.
     pub fuel_per_call: Option<u64>,
+    /// Back the guest's memory with transparent huge pages as it grows (Linux; see
+    /// `engine_host::huge_pages`): fewer TLB misses at thousands of threads.
+    pub huge_pages: bool,
 }
 
 impl Default for HostConfig {
@@ -59,6 +62,7 @@ impl Default for HostConfig {
             memory_limit_bytes: 256 << 20,
             call_timeout_ms: Some(10_000),
             fuel_per_call: None,
+            huge_pages: true,
         }
     }
 }

@@ -11,6 +11,8 @@
 mod config;
 #[cfg(feature = "wasm")]
 mod guest_imports;
+#[cfg(feature = "wasm")]
+mod huge_pages;
 mod native;
 #[cfg(feature = "wasm")]
 mod wasm;
@@ -24,6 +26,8 @@ use thiserror::Error;
 use crate::pipeline::telemetry::Telemetry;
 
 pub use config::{EngineKind, HostConfig, HostConfigError};
+#[cfg(feature = "wasm")]
+pub use huge_pages::HugePageStats;
 pub use native::NativeHost;
 #[cfg(feature = "wasm")]
 pub use wasm::{WasmHost, GUEST_WASM, PERFMAP_ENV};

@@ -24,6 +24,7 @@ use wasmtime::{
 };
 
 use super::guest_imports::{self, GuestData};
+use super::huge_pages::{HugePageStats, HugePages};
 use super::{EngineHost, EngineKind, HostConfig, HostError};
 use crate::pipeline::telemetry::Telemetry;
 
@@ -104,6 +105,8 @@ struct Guest {
     /// Reused argument buffer in guest memory (pointer, capacity).
     arg: Option<(u32, u32)>,
     budget: CallBudget,
+    /// `None` when `[engine] huge_pages` is off.
+    huge_pages: Option<HugePages>,
 }
 
 impl Guest {
@@ -111,6 +114,7 @@ impl Guest {
         compiled: &Compiled,
         memory_limit: usize,
         budget: CallBudget,
+        huge_pages: bool,
     ) -> wasmtime::Result<Self> {
         let limits = StoreLimitsBuilder::new()
             .memory_size(memory_limit)
@@ -144,7 +148,16 @@ impl Guest {
             fx,
             arg: None,
             budget,
+            huge_pages: huge_pages.then(HugePages::default),
         })
+    }
+
+    /// Lets the memory a call grew be backed by huge pages (see [`super::huge_pages`]).
+    fn after_call(&mut self) {
+        if let Some(h) = self.huge_pages.as_mut() {
+            let base = self.memory.data_ptr(&self.store);
+            h.after_growth(base, self.memory.data_size(&self.store));
+        }
     }
 
     /// Resets the per-call CPU budget (fuel) and deadline (epoch).
@@ -323,6 +336,7 @@ pub struct WasmHost {
     compiled: Arc<Compiled>,
     memory_limit: usize,
     budget: CallBudget,
+    huge_pages: bool,
     /// Replayed into every new instance.
     params: Params,
     params_json: Vec<u8>,
@@ -369,6 +383,7 @@ impl WasmHost {
                 fuel: config.fuel_per_call,
                 epoch_ticks,
             },
+            huge_pages: config.huge_pages,
             params,
             params_json,
             target_params: BTreeMap::new(),
@@ -381,8 +396,13 @@ impl WasmHost {
 
     /// A fresh instance with the default and per-target parameters applied.
     fn start_guest(&self) -> Result<Guest, HostError> {
-        let mut g = Guest::instantiate(&self.compiled, self.memory_limit, self.budget)
-            .map_err(|e| HostError::Unavailable(format!("cannot instantiate the guest: {e}")))?;
+        let mut g = Guest::instantiate(
+            &self.compiled,
+            self.memory_limit,
+            self.budget,
+            self.huge_pages,
+        )
+        .map_err(|e| HostError::Unavailable(format!("cannot instantiate the guest: {e}")))?;
         self.configure(&mut g)?;
         Ok(g)
     }
@@ -447,7 +467,10 @@ impl WasmHost {
             Err(e) => Err(CallFail::Wasm(e)),
         };
         match outcome {
-            Ok(r) => Ok(r),
+            Ok(r) => {
+                guest.after_call();
+                Ok(r)
+            }
             Err(CallFail::Status { status, message }) => Err(HostError::Guest {
                 call,
                 status,
@@ -471,6 +494,15 @@ impl WasmHost {
                 Err(HostError::Trap { call, message })
             }
         }
+    }
+
+    /// What the huge-page handling of the live guest's memory did (zero when off).
+    pub fn huge_page_stats(&self) -> HugePageStats {
+        self.guest
+            .as_ref()
+            .and_then(|g| g.huge_pages.as_ref())
+            .map(HugePages::stats)
+            .unwrap_or_default()
     }
 
     /// Bytes of the guest's linear memory (what the memory limit caps).
