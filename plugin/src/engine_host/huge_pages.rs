@@ -17,6 +17,11 @@
 /// Huge pages are 2 MiB on x86_64 and on aarch64 with 4 KiB base pages.
 const HUGE: usize = 2 << 20;
 
+/// The kernel's `MADV_COLLAPSE` (the same number on every architecture). The `libc` crate
+/// defines it for glibc targets only; the kernel, not the C library, interprets it.
+#[cfg(target_os = "linux")]
+const MADV_COLLAPSE: libc::c_int = 25;
+
 /// What [`HugePages`] did so far, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HugePageStats {
@@ -66,7 +71,7 @@ impl HugePages {
         let mut at = start;
         while at < end {
             // SAFETY: as above, for one 2 MiB range of it.
-            let r = unsafe { libc::madvise(at as *mut _, HUGE, libc::MADV_COLLAPSE) };
+            let r = unsafe { libc::madvise(at as *mut _, HUGE, MADV_COLLAPSE) };
             if r == 0 {
                 self.stats.collapsed_bytes += HUGE as u64;
             } else {
