@@ -35,7 +35,7 @@
 //! WASM repetition a fresh instance (shows the cost of faulting its memory in);
 //! `FL_BENCH_WARM=1` reads each batch once, untimed, just before it is fed (as a source
 //! hands over a batch it just built, instead of one from a queue backlog in memory);
-//! `FL_BENCH_NO_HUGE_PAGES=1` runs the WASM host with `[engine] huge_pages = false` (shows
+//! `FL_BENCH_NO_HUGE_PAGES=1` runs both hosts with `[engine] huge_pages = false` (shows
 //! what the huge pages give); `FAULTLINE_WASM_PERFMAP=1` lets
 //! `perf record` name the guest's JIT-compiled functions.
 
@@ -315,7 +315,10 @@ fn new_wasm_host() -> WasmHost {
 }
 
 fn new_native_host() -> NativeHost {
-    match NativeHost::new(Params::default()) {
+    match NativeHost::new(
+        Params::default(),
+        std::env::var_os("FL_BENCH_NO_HUGE_PAGES").is_none(),
+    ) {
         Ok(h) => h,
         Err(e) => panic!("cannot start the native host: {e}"),
     }

@@ -50,8 +50,10 @@ pub struct HostConfig {
     /// Deterministic CPU budget of one guest call in wasmtime fuel units (≈ instructions).
     /// Off by default: metering costs throughput; the timeout already stops runaways.
     pub fuel_per_call: Option<u64>,
-    /// Back the guest's memory with transparent huge pages as it grows (Linux; see
-    /// `engine_host::huge_pages`): fewer TLB misses at thousands of threads.
+    /// Back the engine's memory with transparent huge pages as it grows (Linux): the
+    /// guest's linear memory (`engine_host::huge_pages`) or, natively, the heap the engine
+    /// allocates from (`engine_host::heap_huge_pages`). Fewer TLB misses at thousands of
+    /// threads.
     pub huge_pages: bool,
 }
 

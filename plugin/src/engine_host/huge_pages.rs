@@ -1,4 +1,5 @@
-//! Transparent huge pages for the guest's linear memory (`[engine] huge_pages`).
+//! Transparent huge pages for the guest's linear memory (`[engine] huge_pages`), and the
+//! range bookkeeping [`super::heap_huge_pages`] shares for the native engine's heap.
 //!
 //! At thousands of threads the engine's state (~53 MiB at 10,000) is read at random, one
 //! thread per event, so with 4 KiB pages most events also miss the TLB. The kernel backs
@@ -27,12 +28,14 @@ const MADV_COLLAPSE: libc::c_int = 25;
 pub struct HugePageStats {
     /// Bytes now backed by huge pages that the host collapsed.
     pub collapsed_bytes: u64,
-    /// 2 MiB ranges the kernel refused to collapse (older kernel, `never` mode, or the
-    /// start of the memory, which maps the module's data image from a file).
+    /// 2 MiB ranges the kernel refused to collapse (older kernel, `never` mode, the start
+    /// of a guest's memory, which maps the module's data image from a file, or a heap
+    /// range unmapped meanwhile).
     pub refused_ranges: u64,
 }
 
-/// Follows one guest memory's growth and hands each new whole 2 MiB range to the kernel.
+/// Follows one memory's growth (a guest's linear memory, or an allocator's heap) and hands
+/// each new whole 2 MiB range to the kernel.
 #[derive(Debug, Default)]
 pub struct HugePages {
     /// End (an address) of the part already handled.
@@ -46,10 +49,13 @@ impl HugePages {
     }
 
     /// Handles the memory `[base, base + size)` after a call; cheap when it has not grown
-    /// by a whole range since the last time.
+    /// by a whole range since the last time. `base` must not change between calls.
     pub fn after_growth(&mut self, base: *mut u8, size: usize) {
-        let start = align_up(base as usize).max(self.done_to);
         let end = align_down((base as usize).saturating_add(size));
+        // A heap can shrink (its allocator trims it) and grow back: what lies past its
+        // end now must be handled again when it returns.
+        self.done_to = self.done_to.min(end);
+        let start = align_up(base as usize).max(self.done_to);
         if end <= start {
             return;
         }
@@ -60,13 +66,13 @@ impl HugePages {
 
     #[cfg(target_os = "linux")]
     fn advise(&mut self, start: usize, end: usize) {
-        // SAFETY: `[start, end)` lies inside the guest's accessible linear memory (the
-        // caller's base and size, rounded inwards), which stays mapped while the host
-        // holds the store; no guest code runs during these calls. Neither advice changes
-        // the contents of the memory, only how the kernel backs it.
+        // SAFETY: neither advice changes the contents of memory, only how the kernel
+        // backs it, and on a range that is not (or no longer) mapped the kernel returns
+        // ENOMEM. The callers pass the guest's accessible linear memory (no guest code runs
+        // meanwhile) or a heap mapping just read from `/proc/self/maps`.
         let hinted = unsafe { libc::madvise(start as *mut _, end - start, libc::MADV_HUGEPAGE) };
         if hinted != 0 {
-            tracing::debug!(error = %std::io::Error::last_os_error(), "MADV_HUGEPAGE on the guest memory failed");
+            tracing::debug!(error = %std::io::Error::last_os_error(), "MADV_HUGEPAGE on the engine's memory failed");
         }
         let mut at = start;
         while at < end {
@@ -76,7 +82,7 @@ impl HugePages {
                 self.stats.collapsed_bytes += HUGE as u64;
             } else {
                 if self.stats.refused_ranges == 0 {
-                    tracing::debug!(error = %std::io::Error::last_os_error(), "the kernel did not collapse a range of the guest memory into a huge page");
+                    tracing::debug!(error = %std::io::Error::last_os_error(), "the kernel did not collapse a range of the engine's memory into a huge page");
                 }
                 self.stats.refused_ranges += 1;
             }

@@ -11,7 +11,7 @@
 mod config;
 #[cfg(feature = "wasm")]
 mod guest_imports;
-#[cfg(feature = "wasm")]
+mod heap_huge_pages;
 mod huge_pages;
 mod native;
 #[cfg(feature = "wasm")]
@@ -26,7 +26,6 @@ use thiserror::Error;
 use crate::pipeline::telemetry::Telemetry;
 
 pub use config::{EngineKind, HostConfig, HostConfigError};
-#[cfg(feature = "wasm")]
 pub use huge_pages::HugePageStats;
 pub use native::NativeHost;
 #[cfg(feature = "wasm")]
@@ -100,7 +99,7 @@ pub fn build_host(
 ) -> Result<Box<dyn EngineHost>, HostError> {
     config.validate()?;
     match config.kind {
-        EngineKind::Native => Ok(Box::new(NativeHost::new(params)?)),
+        EngineKind::Native => Ok(Box::new(NativeHost::new(params, config.huge_pages)?)),
         #[cfg(feature = "wasm")]
         EngineKind::Wasm => Ok(Box::new(WasmHost::new(config, params, telemetry)?)),
         #[cfg(not(feature = "wasm"))]

@@ -3,20 +3,35 @@
 use faultline_engine::report::{Calibration, EngineCounters};
 use faultline_engine::{Engine, Params, Report, SyscallEvent};
 
-use super::{EngineHost, EngineKind, HostError};
+use super::heap_huge_pages::HeapHugePages;
+use super::{EngineHost, EngineKind, HostError, HugePageStats};
 
 /// Direct calls into [`faultline_engine::Engine`]: no copy, no sandbox.
 #[derive(Debug)]
 pub struct NativeHost {
     engine: Engine,
+    /// `None` when `[engine] huge_pages` is off.
+    huge_pages: Option<HeapHugePages>,
 }
 
 impl NativeHost {
-    /// An engine whose targets use `params` unless given their own.
-    pub fn new(params: Params) -> Result<Self, HostError> {
+    /// An engine whose targets use `params` unless given their own; with `huge_pages`,
+    /// the heap it allocates from is collapsed into huge pages as it grows (see
+    /// [`super::heap_huge_pages`]: the passes run inside `ingest`, on the caller's thread,
+    /// whose arena holds what the engine allocated there).
+    pub fn new(params: Params, huge_pages: bool) -> Result<Self, HostError> {
         Ok(Self {
             engine: Engine::new(params)?,
+            huge_pages: huge_pages.then(HeapHugePages::default),
         })
+    }
+
+    /// What the huge-page handling of the engine's heap did (zero when off).
+    pub fn huge_page_stats(&self) -> HugePageStats {
+        self.huge_pages
+            .as_ref()
+            .map(HeapHugePages::stats)
+            .unwrap_or_default()
     }
 }
 
@@ -31,6 +46,9 @@ impl EngineHost for NativeHost {
 
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
         self.engine.ingest(target, events);
+        if let Some(h) = self.huge_pages.as_mut() {
+            h.after_ingest(events.len());
+        }
         Ok(())
     }
 

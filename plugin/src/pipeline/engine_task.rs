@@ -344,7 +344,7 @@ mod tests {
             .enable_all()
             .build()
             .expect("runtime");
-        let engine = Box::new(NativeHost::new(Params::default()).expect("engine"));
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
         let task = EngineTask::new(
             engine,
             Router::new(&[], 4),
