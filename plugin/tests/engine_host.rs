@@ -286,14 +286,16 @@ fn can_collapse() -> bool {
     mode.is_ok_and(|m| !m.contains("[never]")) && (major, minor) >= (6, 1)
 }
 
+/// The kilobytes of an `AnonHugePages:` line of `smaps`/`smaps_rollup`, if it is one.
+fn anon_huge_kib_line(line: &str) -> Option<u64> {
+    let v = line.strip_prefix("AnonHugePages:")?;
+    v.trim().trim_end_matches("kB").trim().parse().ok()
+}
+
 /// Kilobytes of anonymous memory in huge pages in this process.
 fn anon_huge_kib() -> u64 {
     let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
-    rollup
-        .lines()
-        .find_map(|l| l.strip_prefix("AnonHugePages:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    rollup.lines().find_map(anon_huge_kib_line).unwrap_or(0)
 }
 
 #[test]
@@ -371,8 +373,8 @@ fn anon_huge_kib_of_mapping_at(addr: usize) -> u64 {
         if let Some((a, b)) = range {
             inside = a <= addr && addr < b;
         } else if inside {
-            if let Some(v) = line.strip_prefix("AnonHugePages:") {
-                return v.trim().trim_end_matches("kB").trim().parse().unwrap_or(0);
+            if let Some(kib) = anon_huge_kib_line(line) {
+                return kib;
             }
         }
     }

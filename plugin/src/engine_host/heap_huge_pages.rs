@@ -44,6 +44,8 @@ pub struct HeapHugePages {
     next_pass: u64,
     /// Heaps seen so far, by the start address of their mapping.
     heaps: Vec<(usize, HugePages)>,
+    /// What was done in heaps no longer followed (so the totals never go down).
+    retired: HugePageStats,
     /// Passes that could not find the probe's heap (no `/proc`, or not Linux).
     unmapped_probes: u64,
 }
@@ -54,6 +56,7 @@ impl Default for HeapHugePages {
             events: 0,
             next_pass: FIRST_PASS,
             heaps: Vec::new(),
+            retired: HugePageStats::default(),
             unmapped_probes: 0,
         }
     }
@@ -77,11 +80,9 @@ impl HeapHugePages {
 
     /// What the passes did so far, summed over the heaps followed.
     pub fn stats(&self) -> HugePageStats {
-        let mut total = HugePageStats::default();
+        let mut total = self.retired;
         for (_, h) in &self.heaps {
-            let s = h.stats();
-            total.collapsed_bytes += s.collapsed_bytes;
-            total.refused_ranges += s.refused_ranges;
+            total += h.stats();
         }
         total
     }
@@ -105,18 +106,25 @@ impl HeapHugePages {
             return;
         };
         drop(probe);
-        let tracker = match self.heaps.iter().position(|(s, _)| *s == start) {
-            Some(i) => &mut self.heaps[i].1,
+        let tracker = self.tracker_for(start);
+        tracker.after_growth(start as *mut u8, end - start);
+    }
+
+    /// The tracker of the heap whose mapping starts at `start`; a new one past the
+    /// oldest when [`MAX_HEAPS`] are followed already.
+    fn tracker_for(&mut self, start: usize) -> &mut HugePages {
+        let i = match self.heaps.iter().position(|(s, _)| *s == start) {
+            Some(i) => i,
             None => {
                 if self.heaps.len() == MAX_HEAPS {
-                    self.heaps.remove(0);
+                    let (_, oldest) = self.heaps.remove(0);
+                    self.retired += oldest.stats();
                 }
                 self.heaps.push((start, HugePages::default()));
-                let last = self.heaps.len() - 1;
-                &mut self.heaps[last].1
+                self.heaps.len() - 1
             }
         };
-        tracker.after_growth(start as *mut u8, end - start);
+        &mut self.heaps[i].1
     }
 }
 
@@ -223,6 +231,23 @@ mod tests {
         assert_eq!(passes[0], 1 << 15);
         assert_eq!(passes[7], 1 << 22);
         assert!(passes.windows(2).skip(7).all(|w| w[1] - w[0] == 1 << 22));
+    }
+
+    #[test]
+    fn totals_keep_what_was_done_in_heaps_no_longer_followed() {
+        let mut h = HeapHugePages::default();
+        // Fake, unmapped heaps 1 GiB apart: each whole range is refused and counted.
+        for n in 1..=(MAX_HEAPS + 2) {
+            let start = n << 30;
+            h.tracker_for(start).after_growth(start as *mut u8, 4 << 20);
+        }
+        assert_eq!(h.heaps.len(), MAX_HEAPS);
+        let s = h.stats();
+        assert_eq!(
+            s.refused_ranges + s.collapsed_bytes / (2 << 20),
+            2 * (MAX_HEAPS as u64 + 2),
+            "{s:?}"
+        );
     }
 
     #[cfg(target_os = "linux")]

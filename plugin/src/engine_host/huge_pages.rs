@@ -34,6 +34,13 @@ pub struct HugePageStats {
     pub refused_ranges: u64,
 }
 
+impl std::ops::AddAssign for HugePageStats {
+    fn add_assign(&mut self, other: Self) {
+        self.collapsed_bytes += other.collapsed_bytes;
+        self.refused_ranges += other.refused_ranges;
+    }
+}
+
 /// Follows one memory's growth (a guest's linear memory, or an allocator's heap) and hands
 /// each new whole 2 MiB range to the kernel.
 #[derive(Debug, Default)]
