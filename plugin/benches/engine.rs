@@ -31,7 +31,8 @@
 //! `FL_BENCH_DIGEST=1` also prints a hash of every report each case produced
 //! (continuous, `finish` and an on-demand trigger), so an optimisation can be checked
 //! to leave the results bit for bit unchanged; `FL_BENCH_NO_DEADLINE=1` runs the WASM
-//! host without the epoch deadline (shows its cost); `FL_BENCH_COLD_WASM=1` gives each
+//! host without a call deadline, `FL_BENCH_EPOCH=1` with the epoch deadline instead of the
+//! default memory fence (each shows its cost); `FL_BENCH_COLD_WASM=1` gives each
 //! WASM repetition a fresh instance (shows the cost of faulting its memory in);
 //! `FL_BENCH_WARM=1` reads each batch once, untimed, just before it is fed (as a source
 //! hands over a batch it just built, instead of one from a queue backlog in memory);
@@ -44,7 +45,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use faultline::engine_host::{EngineHost, HostConfig, NativeHost, WasmHost};
+use faultline::engine_host::{EngineHost, HostConfig, NativeHost, TimeoutMechanism, WasmHost};
 use faultline::pipeline::telemetry::{SourceStats, Telemetry};
 use faultline::sources::perf::PerfScriptReader;
 use faultline::sources::BatchReader;
@@ -304,6 +305,11 @@ fn new_wasm_host() -> WasmHost {
             None
         } else {
             HostConfig::default().call_timeout_ms
+        },
+        timeout_mechanism: if std::env::var_os("FL_BENCH_EPOCH").is_some() {
+            TimeoutMechanism::Epoch
+        } else {
+            TimeoutMechanism::Fence
         },
         huge_pages: std::env::var_os("FL_BENCH_NO_HUGE_PAGES").is_none(),
         ..HostConfig::default()

@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
-use faultline::engine_host::{EngineHost, EngineKind, HostConfig, HostError, NativeHost, WasmHost};
+use faultline::engine_host::{
+    EngineHost, EngineKind, HostConfig, HostError, NativeHost, TimeoutMechanism, WasmHost,
+};
 use faultline::pipeline::telemetry::Telemetry;
 use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
 use faultline_engine::{EventKind, Params, PerfCounters, SyscallEvent};
@@ -248,6 +250,61 @@ fn a_trapping_guest_is_restarted_and_keeps_serving() {
     assert_eq!(c.events, small.len() as u64);
     host.finish().unwrap();
     assert_eq!(telemetry.guest_traps(), 1);
+}
+
+#[test]
+fn a_call_past_its_timeout_is_stopped_and_the_guest_restarted() {
+    let small: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 8,
+        seconds: 1.0,
+        ..StreamSpec::default()
+    })
+    .collect();
+    // A million events: tens of milliseconds in the guest, past a 1 ms budget by more
+    // than the deadline's 10 ms resolution.
+    let long: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 2_000,
+        seconds: 10.0,
+        calls_per_thread_per_second: 60.0,
+        ..StreamSpec::default()
+    })
+    .take(1_000_000)
+    .collect();
+    assert_eq!(long.len(), 1_000_000);
+    for mechanism in [TimeoutMechanism::Fence, TimeoutMechanism::Epoch] {
+        let telemetry = Arc::new(Telemetry::default());
+        let config = HostConfig {
+            memory_limit_bytes: 1 << 30,
+            call_timeout_ms: Some(1),
+            timeout_mechanism: mechanism,
+            ..HostConfig::default()
+        };
+        let mut host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+        host.ingest("db", &small).unwrap();
+        assert_eq!(telemetry.guest_traps(), 0, "{mechanism:?}");
+
+        let t0 = std::time::Instant::now();
+        let err = host.ingest("db", &long).unwrap_err();
+        let took = t0.elapsed();
+        let HostError::Trap { call, message } = &err else {
+            panic!("{mechanism:?}: {err}");
+        };
+        assert_eq!(*call, "ingest");
+        if mechanism == TimeoutMechanism::Fence {
+            assert!(message.contains("call_timeout_ms"), "{message}");
+        }
+        assert_eq!(telemetry.guest_traps(), 1, "{mechanism:?}");
+        assert_eq!(telemetry.guest_restarts(), 1, "{mechanism:?}");
+        assert!(
+            took < std::time::Duration::from_secs(10),
+            "{mechanism:?}: {took:?}"
+        );
+
+        // The restarted guest serves the next calls, from a clean state, on time.
+        host.ingest("db", &small).unwrap();
+        assert_eq!(host.counters().unwrap().events, small.len() as u64);
+        assert_eq!(telemetry.guest_traps(), 1, "{mechanism:?}");
+    }
 }
 
 #[test]

@@ -24,6 +24,19 @@ impl EngineKind {
     }
 }
 
+/// How `call_timeout_ms` stops a runaway guest call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeoutMechanism {
+    /// Revoke the guest's memory at the deadline (`engine_host::call_fence`): free while
+    /// calls are on time; a call that then never touches memory ends the process.
+    #[default]
+    Fence,
+    /// wasmtime's epoch interruption: stops any call, but its checks in every guest loop
+    /// cost 4–17 % of the guest's throughput.
+    Epoch,
+}
+
 /// A setting of `[engine]` that cannot be used, with its key.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid [engine] setting `{key}`: {reason}")]
@@ -47,6 +60,8 @@ pub struct HostConfig {
     pub memory_limit_bytes: u64,
     /// Wall-clock budget of one guest call; a runaway call traps. `None` disables it.
     pub call_timeout_ms: Option<u64>,
+    /// How the budget is enforced: `"fence"` (default) or `"epoch"`.
+    pub timeout_mechanism: TimeoutMechanism,
     /// Deterministic CPU budget of one guest call in wasmtime fuel units (≈ instructions).
     /// Off by default: metering costs throughput; the timeout already stops runaways.
     pub fuel_per_call: Option<u64>,
@@ -63,6 +78,7 @@ impl Default for HostConfig {
             kind: EngineKind::Wasm,
             memory_limit_bytes: 256 << 20,
             call_timeout_ms: Some(10_000),
+            timeout_mechanism: TimeoutMechanism::Fence,
             fuel_per_call: None,
             huge_pages: true,
         }
@@ -118,6 +134,9 @@ mod tests {
     fn unknown_keys_and_bad_limits_are_rejected() {
         assert!(serde_json::from_str::<HostConfig>(r#"{"memory_limit": 1}"#).is_err());
         assert!(serde_json::from_str::<HostConfig>(r#"{"kind": "jvm"}"#).is_err());
+        assert!(serde_json::from_str::<HostConfig>(r#"{"timeout_mechanism": "signal"}"#).is_err());
+        let c: HostConfig = serde_json::from_str(r#"{"timeout_mechanism": "epoch"}"#).unwrap();
+        assert_eq!(c.timeout_mechanism, TimeoutMechanism::Epoch);
         let c = HostConfig {
             memory_limit_bytes: 1024,
             ..HostConfig::default()

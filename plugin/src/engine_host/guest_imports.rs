@@ -7,6 +7,8 @@
 
 use wasmtime::{Caller, Linker, Memory, StoreLimits};
 
+use super::call_fence::FenceGate;
+
 /// Offsets one `fl_prefetch` call may pass: a guest queues a few hundred at most, and the
 /// bound keeps a host call (which no deadline interrupts) short whatever the guest asks.
 pub const MAX_PREFETCH_LINES: u32 = 1024;
@@ -20,6 +22,9 @@ pub struct GuestData {
     pub memory: Option<Memory>,
     /// Lines `fl_prefetch` has issued: shows whether the guest's hints reach the CPU.
     pub prefetched_lines: u64,
+    /// Taken before reading guest memory when the call timeout is a memory fence (which
+    /// must not revoke the memory under a host read).
+    pub fence: Option<FenceGate>,
 }
 
 impl GuestData {
@@ -29,6 +34,7 @@ impl GuestData {
             limits,
             memory: None,
             prefetched_lines: 0,
+            fence: None,
         }
     }
 }
@@ -42,16 +48,28 @@ pub fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<GuestData>> 
 
 /// `fl_prefetch(ptr, len)`: prefetches the guest-memory lines at the `len` little-endian
 /// `u32` offsets at `ptr`. A hint: offsets or a list outside memory are skipped, never an
-/// error, so a guest cannot make it fail or read past its memory.
+/// error, so a guest cannot make it fail or read past its memory. Skipped whole once the
+/// call's memory is fenced.
 fn prefetch(mut caller: Caller<'_, GuestData>, ptr: u32, len: u32) {
-    let Some(memory) = caller.data().memory else {
-        return;
+    let issued = issue(&caller, ptr, len);
+    caller.data_mut().prefetched_lines += issued;
+}
+
+/// The work of [`prefetch`]: the lines issued.
+fn issue(caller: &Caller<'_, GuestData>, ptr: u32, len: u32) -> u64 {
+    let host = caller.data();
+    let Some(memory) = host.memory else {
+        return 0;
     };
-    let data = memory.data(&caller);
+    let _reading = match host.fence.as_ref().map(FenceGate::enter) {
+        Some(None) => return 0,
+        held => held,
+    };
+    let data = memory.data(caller);
     let start = ptr as usize;
     let end = start.saturating_add(len.min(MAX_PREFETCH_LINES) as usize * 4);
     let Some(offsets) = data.get(start..end) else {
-        return;
+        return 0;
     };
     let mut issued = 0;
     for o in offsets.chunks_exact(4) {
@@ -63,7 +81,7 @@ fn prefetch(mut caller: Caller<'_, GuestData>, ptr: u32, len: u32) {
             issued += 1;
         }
     }
-    caller.data_mut().prefetched_lines += issued;
+    issued
 }
 
 #[inline(always)]

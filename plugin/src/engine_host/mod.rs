@@ -8,6 +8,10 @@
 //! Both hosts implement [`EngineHost`], a synchronous, fallible mirror of
 //! [`faultline_engine::Engine`]; the pipeline calls it from a blocking task.
 
+#[cfg(feature = "wasm")]
+mod bulk_memory_lowering;
+#[cfg(feature = "wasm")]
+mod call_fence;
 mod config;
 #[cfg(feature = "wasm")]
 mod guest_imports;
@@ -25,7 +29,7 @@ use thiserror::Error;
 
 use crate::pipeline::telemetry::Telemetry;
 
-pub use config::{EngineKind, HostConfig, HostConfigError};
+pub use config::{EngineKind, HostConfig, HostConfigError, TimeoutMechanism};
 pub use huge_pages::HugePageStats;
 pub use native::NativeHost;
 #[cfg(feature = "wasm")]

@@ -2,7 +2,8 @@
 //!
 //! The module is built by `build.rs` and embedded in the binary; it is compiled once per
 //! host. Each call runs under a memory cap (`StoreLimits`) and, when configured, a
-//! wall-clock deadline (epoch interruption) and a fuel budget. A trap of any kind is
+//! wall-clock deadline (a memory fence, see [`super::call_fence`], or epoch interruption)
+//! and a fuel budget. A trap of any kind is
 //! logged, counted, and answered by re-instantiating the guest with the same default and
 //! per-target parameters; the failed call returns [`HostError::Trap`] so the caller counts
 //! what it lost, and the next call is served by the fresh guest.
@@ -11,7 +12,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use faultline_engine::abi::batch::{encode_batch_prefix, max_encoded_len};
 use faultline_engine::abi::{Status, TargetParams, ABI_VERSION};
@@ -20,12 +21,14 @@ use faultline_engine::{Params, Report, SyscallEvent};
 use serde::de::DeserializeOwned;
 use wasmtime::{
     Config, Engine as WasmEngine, Instance, Linker, Memory, Module, Store, StoreLimitsBuilder,
-    TypedFunc,
+    TypedFunc, WasmParams, WasmResults,
 };
 
+use super::bulk_memory_lowering::lower_bulk_memory;
+use super::call_fence::{CallFence, WedgedCall};
 use super::guest_imports::{self, GuestData};
 use super::huge_pages::{HugePageStats, HugePages};
-use super::{EngineHost, EngineKind, HostConfig, HostError};
+use super::{EngineHost, EngineKind, HostConfig, HostError, TimeoutMechanism};
 use crate::pipeline::telemetry::Telemetry;
 
 /// The engine compiled to `wasm32-unknown-unknown` by `build.rs`.
@@ -97,6 +100,51 @@ struct CallBudget {
     epoch_ticks: Option<u64>,
 }
 
+/// A guest's memory fence and the deadline of the operation in progress.
+struct Fenced {
+    fence: Arc<CallFence>,
+    deadline: Instant,
+}
+
+/// Calls one guest export: under the fence, when there is one, so that a call past its
+/// deadline fails as a timeout even if it returned.
+fn invoke<P: WasmParams, R: WasmResults>(
+    store: &mut Store<GuestData>,
+    memory: Memory,
+    fenced: Option<&Fenced>,
+    f: &TypedFunc<P, R>,
+    args: P,
+) -> Result<R, CallFail> {
+    let Some(Fenced { fence, deadline }) = fenced else {
+        return f.call(store, args).map_err(CallFail::Wasm);
+    };
+    fence.arm(
+        *deadline,
+        memory.data_ptr(&*store),
+        memory.data_size(&*store),
+    );
+    let outcome = f.call(&mut *store, args);
+    if fence.disarm() {
+        return Err(CallFail::Wasm(wasmtime::format_err!(
+            "the call ran past call_timeout_ms and was stopped by the memory fence"
+        )));
+    }
+    outcome.map_err(CallFail::Wasm)
+}
+
+/// `invoke` of export `$f` of guest `$g`.
+macro_rules! invoke {
+    ($g:expr, $f:ident, $args:expr) => {
+        invoke(
+            &mut $g.store,
+            $g.memory,
+            $g.fenced.as_ref(),
+            &$g.fx.$f,
+            $args,
+        )
+    };
+}
+
 /// One live instance of the guest.
 struct Guest {
     store: Store<GuestData>,
@@ -105,6 +153,8 @@ struct Guest {
     /// Reused argument buffer in guest memory (pointer, capacity).
     arg: Option<(u32, u32)>,
     budget: CallBudget,
+    /// `Some` when the call timeout is a memory fence.
+    fenced: Option<Fenced>,
     /// `None` when `[engine] huge_pages` is off.
     huge_pages: Option<HugePages>,
 }
@@ -114,6 +164,7 @@ impl Guest {
         compiled: &Compiled,
         memory_limit: usize,
         budget: CallBudget,
+        fence: Option<Arc<CallFence>>,
         huge_pages: bool,
     ) -> wasmtime::Result<Self> {
         let limits = StoreLimitsBuilder::new()
@@ -122,7 +173,9 @@ impl Guest {
             .instances(1)
             .trap_on_grow_failure(true)
             .build();
-        let mut store = Store::new(&compiled.engine, GuestData::new(limits));
+        let mut data = GuestData::new(limits);
+        data.fence = fence.as_ref().map(|f| f.gate());
+        let mut store = Store::new(&compiled.engine, data);
         store.limiter(|d| &mut d.limits);
         // Instantiation runs the guest's start code: under the same budget as a call.
         if let Some(f) = budget.fuel {
@@ -137,8 +190,16 @@ impl Guest {
             .ok_or_else(|| wasmtime::format_err!("the guest exports no `memory`"))?;
         store.data_mut().memory = Some(memory);
         let fx = Exports::resolve(&mut store, &inst)?;
+        let fenced = fence.map(|fence| Fenced {
+            deadline: fence.deadline_from_now(),
+            fence,
+        });
         let version: TypedFunc<(), u32> = inst.get_typed_func(&mut store, "fl_abi_version")?;
-        let v = version.call(&mut store, ())?;
+        let v = match invoke(&mut store, memory, fenced.as_ref(), &version, ()) {
+            Ok(v) => v,
+            Err(CallFail::Wasm(e)) => return Err(e),
+            Err(_) => wasmtime::bail!("the guest's ABI version call failed"),
+        };
         if v != ABI_VERSION {
             wasmtime::bail!("the guest speaks ABI version {v}, this host {ABI_VERSION}");
         }
@@ -148,6 +209,7 @@ impl Guest {
             fx,
             arg: None,
             budget,
+            fenced,
             huge_pages: huge_pages.then(HugePages::default),
         })
     }
@@ -160,13 +222,16 @@ impl Guest {
         }
     }
 
-    /// Resets the per-call CPU budget (fuel) and deadline (epoch).
+    /// Resets the per-call CPU budget (fuel) and deadline (fence or epoch).
     fn arm(&mut self) -> wasmtime::Result<()> {
         if let Some(f) = self.budget.fuel {
             self.store.set_fuel(f)?;
         }
         if let Some(t) = self.budget.epoch_ticks {
             self.store.set_epoch_deadline(t);
+        }
+        if let Some(f) = self.fenced.as_mut() {
+            f.deadline = f.fence.deadline_from_now();
         }
         Ok(())
     }
@@ -210,13 +275,13 @@ impl Guest {
             old => {
                 if let Some((ptr, cap)) = old {
                     self.arg = None;
-                    self.fx.free.call(&mut self.store, (ptr, cap))?;
+                    invoke!(self, free, (ptr, cap))?;
                 }
                 let cap = len
                     .max(MIN_ARG_BUFFER)
                     .checked_next_power_of_two()
                     .unwrap_or(len);
-                let ptr = self.fx.alloc.call(&mut self.store, cap)?;
+                let ptr = invoke!(self, alloc, cap)?;
                 if ptr == 0 {
                     return Err(CallFail::Status {
                         status: Status::OutOfMemory.as_str(),
@@ -232,8 +297,8 @@ impl Guest {
 
     /// The last call's result bytes, borrowed from guest memory.
     fn result(&mut self) -> Result<&[u8], CallFail> {
-        let ptr = self.fx.result_ptr.call(&mut self.store, ())? as usize;
-        let len = self.fx.result_len.call(&mut self.store, ())? as usize;
+        let ptr = invoke!(self, result_ptr, ())? as usize;
+        let len = invoke!(self, result_len, ())? as usize;
         self.memory
             .data(&self.store)
             .get(ptr..ptr.saturating_add(len))
@@ -260,15 +325,31 @@ impl Guest {
 
     fn init(&mut self, params_json: &[u8]) -> Result<(), CallFail> {
         let (p, l) = self.write_arg(params_json)?;
-        let code = self.fx.init.call(&mut self.store, (p, l))?;
+        let code = invoke!(self, init, (p, l))?;
         self.check(code)
     }
 
     fn set_target_params(&mut self, json: &[u8]) -> Result<(), CallFail> {
         let (p, l) = self.write_arg(json)?;
-        let code = self.fx.set_target_params.call(&mut self.store, (p, l))?;
+        let code = invoke!(self, set_target_params, (p, l))?;
         self.check(code)
     }
+}
+
+/// Exit status of the process when a guest call can be neither finished nor stopped.
+pub const EXIT_WEDGED: i32 = 70;
+
+/// The fence's last resort: a call past its deadline that kept running without touching
+/// its memory would hold the engine thread for good, so the process ends for its
+/// supervisor to restart it, with the reason in the log.
+fn exit_wedged(w: WedgedCall) {
+    tracing::error!(
+        timeout_ms = w.timeout.as_millis() as u64,
+        cpu_ms_since_fence = w.cpu_since_fence.as_millis() as u64,
+        exit_status = EXIT_WEDGED,
+        "an engine guest call ran past call_timeout_ms and kept running without touching its memory, so the memory fence cannot stop it; exiting"
+    );
+    std::process::exit(EXIT_WEDGED);
 }
 
 /// Set (to anything) to write a perf map of the guest's compiled code, for profiling it.
@@ -287,27 +368,44 @@ struct Compiled {
     linker: Linker<GuestData>,
 }
 
-/// Which metering a compiled guest has: (fuel, epoch deadline).
-type Metering = (bool, bool);
+/// Which metering a compiled guest has: fuel, and the deadline's mechanism if any.
+type Metering = (bool, Option<TimeoutMechanism>);
 
-/// Compiled guests by metering (at most four entries).
+/// Compiled guests by metering (at most six entries).
 static COMPILED: Mutex<Vec<(Metering, Arc<Compiled>)>> = Mutex::new(Vec::new());
 
-fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
+fn compiled(fuel: bool, deadline: Option<TimeoutMechanism>) -> Result<Arc<Compiled>, HostError> {
     let mut cache = COMPILED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, c)) = cache.iter().find(|(k, _)| *k == (fuel, epoch)) {
+    if let Some((_, c)) = cache.iter().find(|(k, _)| *k == (fuel, deadline)) {
         return Ok(c.clone());
     }
+    let epoch = deadline == Some(TimeoutMechanism::Epoch);
+    let fence = deadline == Some(TimeoutMechanism::Fence);
     let mut wcfg = Config::new();
     wcfg.consume_fuel(fuel);
     wcfg.epoch_interruption(epoch);
+    if fence {
+        // The fence turns the guest's faults into traps: they must be signals, and the
+        // memory it protects must stay where it was armed for the whole call.
+        wcfg.signals_based_traps(true);
+        wcfg.memory_may_move(false);
+    }
     if std::env::var_os(PERFMAP_ENV).is_some() {
         // Lets `perf report` name the guest's JIT-compiled functions (/tmp/perf-<pid>.map).
         wcfg.profiler(wasmtime::ProfilingStrategy::PerfMap);
     }
     let engine = WasmEngine::new(&wcfg)
         .map_err(|e| HostError::Unavailable(format!("wasmtime engine: {e}")))?;
-    let module = Module::new(&engine, GUEST_WASM)
+    let lowered;
+    let wasm = if fence {
+        lowered = lower_bulk_memory(GUEST_WASM)
+            .map_err(|e| HostError::Unavailable(format!("cannot prepare the guest: {e}")))?
+            .0;
+        lowered.as_slice()
+    } else {
+        GUEST_WASM
+    };
+    let module = Module::new(&engine, wasm)
         .map_err(|e| HostError::Unavailable(format!("cannot compile the guest: {e}")))?;
     if epoch {
         // One timer per engine for the life of the process; it only bumps a counter.
@@ -327,7 +425,7 @@ fn compiled(fuel: bool, epoch: bool) -> Result<Arc<Compiled>, HostError> {
         module,
         linker,
     });
-    cache.push(((fuel, epoch), c.clone()));
+    cache.push(((fuel, deadline), c.clone()));
     Ok(c)
 }
 
@@ -336,6 +434,8 @@ pub struct WasmHost {
     compiled: Arc<Compiled>,
     memory_limit: usize,
     budget: CallBudget,
+    /// Shared by the guest and its restarts: one watchdog thread per host.
+    fence: Option<Arc<CallFence>>,
     huge_pages: bool,
     /// Replayed into every new instance.
     params: Params,
@@ -364,13 +464,25 @@ impl WasmHost {
     ) -> Result<Self, HostError> {
         config.validate()?;
         params.validate()?;
-        let compiled = compiled(
-            config.fuel_per_call.is_some(),
-            config.call_timeout_ms.is_some(),
-        )?;
-        let epoch_ticks = config
+        let deadline = config
             .call_timeout_ms
-            .map(|ms| ms.div_ceil(EPOCH_TICK.as_millis() as u64).max(1));
+            .map(|ms| (Duration::from_millis(ms), config.timeout_mechanism));
+        let compiled = compiled(config.fuel_per_call.is_some(), deadline.map(|(_, m)| m))?;
+        let epoch_ticks = match deadline {
+            Some((t, TimeoutMechanism::Epoch)) => Some(
+                (t.as_millis() as u64)
+                    .div_ceil(EPOCH_TICK.as_millis() as u64)
+                    .max(1),
+            ),
+            _ => None,
+        };
+        let fence = match deadline {
+            Some((t, TimeoutMechanism::Fence)) => Some(Arc::new(
+                CallFence::new(t, exit_wedged)
+                    .map_err(|e| HostError::Unavailable(e.to_string()))?,
+            )),
+            _ => None,
+        };
         let params_json = serde_json::to_vec(&params).map_err(|e| HostError::Decode {
             call: "init",
             message: e.to_string(),
@@ -383,6 +495,7 @@ impl WasmHost {
                 fuel: config.fuel_per_call,
                 epoch_ticks,
             },
+            fence,
             huge_pages: config.huge_pages,
             params,
             params_json,
@@ -400,6 +513,7 @@ impl WasmHost {
             &self.compiled,
             self.memory_limit,
             self.budget,
+            self.fence.clone(),
             self.huge_pages,
         )
         .map_err(|e| HostError::Unavailable(format!("cannot instantiate the guest: {e}")))?;
@@ -563,7 +677,7 @@ impl EngineHost for WasmHost {
             let len = encode_batch_prefix(target, events, buf).map_err(|e| bad(e.to_string()))?;
             // At most `room`, which `arg_slice` checked fits a u32.
             let len = u32::try_from(len).map_err(|e| bad(e.to_string()))?;
-            let code = g.fx.ingest.call(&mut g.store, (p, len))?;
+            let code = invoke!(g, ingest, (p, len))?;
             g.check(code)
         })
     }
@@ -571,7 +685,7 @@ impl EngineHost for WasmHost {
     fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError> {
         self.call("trigger", |g| {
             let (p, l) = g.write_arg(target.as_bytes())?;
-            let code = g.fx.trigger.call(&mut g.store, (p, l, at_ns))?;
+            let code = invoke!(g, trigger, (p, l, at_ns))?;
             g.check(code)?;
             g.json()
         })
@@ -579,7 +693,7 @@ impl EngineHost for WasmHost {
 
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
         self.call("take_reports", |g| {
-            let code = g.fx.take_reports.call(&mut g.store, ())?;
+            let code = invoke!(g, take_reports, ())?;
             g.check(code)?;
             g.json()
         })
@@ -587,7 +701,7 @@ impl EngineHost for WasmHost {
 
     fn finish(&mut self) -> Result<Vec<Report>, HostError> {
         self.call("finish", |g| {
-            let code = g.fx.finish.call(&mut g.store, ())?;
+            let code = invoke!(g, finish, ())?;
             g.check(code)?;
             g.json()
         })
@@ -601,9 +715,7 @@ impl EngineHost for WasmHost {
         self.call("calibrate", |g| {
             let (p, l) = g.write_arg(target.as_bytes())?;
             let has = u32::from(fault_start_ns.is_some());
-            let code =
-                g.fx.calibrate
-                    .call(&mut g.store, (p, l, has, fault_start_ns.unwrap_or(0)))?;
+            let code = invoke!(g, calibrate, (p, l, has, fault_start_ns.unwrap_or(0)))?;
             g.check(code)?;
             g.json()
         })
@@ -611,7 +723,7 @@ impl EngineHost for WasmHost {
 
     fn counters(&mut self) -> Result<EngineCounters, HostError> {
         self.call("counters", |g| {
-            let code = g.fx.counters.call(&mut g.store, ())?;
+            let code = invoke!(g, counters, ())?;
             g.check(code)?;
             g.json()
         })
@@ -619,7 +731,7 @@ impl EngineHost for WasmHost {
 
     fn state_bytes(&mut self) -> Result<usize, HostError> {
         self.call("state_bytes", |g| {
-            let n = g.fx.state_bytes.call(&mut g.store, ())?;
+            let n = invoke!(g, state_bytes, ())?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
     }
