@@ -10,9 +10,9 @@
 //! linear memory is a wasm instruction. Copies and fills in the guest are small and off
 //! the per-event path (a few hundred sites, none in its loop).
 //!
-//! Semantics kept: overlapping copies (`memmove`), fills of the low byte, and a trap on
-//! any out-of-bounds access. Unlike the instructions, an out-of-bounds copy may write
-//! part of its range before it traps; a trapped guest is discarded anyway.
+//! Semantics kept: overlapping copies (`memmove`), fills of the low byte, and the
+//! instructions' bounds rule: a range past the memory's end (even an empty one starting
+//! past it) traps before anything is written.
 
 use thiserror::Error;
 use wasm_encoder::reencode::{utils, Error as ReencodeError, Reencode};
@@ -229,6 +229,30 @@ fn counted_loop(f: &mut Function, bytes: bool, body: &[Instruction<'_>]) {
     f.instruction(&I::End);
 }
 
+/// Traps unless `local + LEN` (in 64 bits, so nothing wraps) is within the memory, for
+/// each of `locals`: the instructions check their ranges before writing anything.
+fn bounds_check(f: &mut Function, locals: &[u32]) {
+    use Instruction as I;
+    for (i, &local) in locals.iter().enumerate() {
+        f.instruction(&I::LocalGet(local));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::LocalGet(LEN));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::I64Add);
+        f.instruction(&I::MemorySize(0));
+        f.instruction(&I::I64ExtendI32U);
+        f.instruction(&I::I64Const(16));
+        f.instruction(&I::I64Shl);
+        f.instruction(&I::I64GtU);
+        if i > 0 {
+            f.instruction(&I::I32Or);
+        }
+    }
+    f.instruction(&I::If(wasm_encoder::BlockType::Empty));
+    f.instruction(&I::Unreachable);
+    f.instruction(&I::End);
+}
+
 /// `local += by`.
 fn bump(local: u32, by: i32) -> [Instruction<'static>; 4] {
     use Instruction as I;
@@ -245,6 +269,7 @@ fn bump(local: u32, by: i32) -> [Instruction<'static>; 4] {
 fn memmove_body() -> Function {
     use Instruction as I;
     let mut f = Function::new([]);
+    bounds_check(&mut f, &[DST, SRC]);
     // Forward.
     f.instruction(&I::LocalGet(DST));
     f.instruction(&I::LocalGet(SRC));
@@ -299,6 +324,7 @@ fn memmove_body() -> Function {
 fn memset_body() -> Function {
     use Instruction as I;
     let mut f = Function::new([(1, ValType::I64)]);
+    bounds_check(&mut f, &[DST]);
     f.instruction(&I::LocalGet(VAL));
     f.instruction(&I::I64ExtendI32U);
     f.instruction(&I::I64Const(0xff));
@@ -477,10 +503,33 @@ mod tests {
         }
         assert_eq!(cases, 12 * 11 * 2);
 
-        // Out of bounds traps in both (the lowered one after writing what fits).
+        // Out of bounds traps in both before writing anything, even for an empty range
+        // past the end or a range that would wrap around 4 GiB.
+        let end = PAGE as u32;
+        for (dst, src, n) in [
+            (end - 4, 0, 16),
+            (0, end - 4, 16),
+            (end + 1, 0, 0),
+            (0, end + 1, 0),
+            (16, 0, u32::MAX),
+        ] {
+            for r in [&mut a, &mut b] {
+                r.memory().copy_from_slice(&pattern);
+                assert!(r.copy.call(&mut r.store, (dst, src, n)).is_err());
+                assert!(r.memory() == pattern.as_slice(), "copy {dst} {src} {n}");
+                let fill = r.fill.call(&mut r.store, (dst, 7, n));
+                let past_end = u64::from(dst) + u64::from(n) > u64::from(end);
+                assert_eq!(fill.is_err(), past_end, "fill {dst} {n}");
+                if past_end {
+                    assert!(r.memory() == pattern.as_slice(), "fill {dst} {n}");
+                }
+            }
+            assert!(a.memory() == b.memory(), "{dst} {src} {n}");
+        }
+        // An empty range ending exactly at the end is in bounds.
         for r in [&mut a, &mut b] {
-            assert!(r.copy.call(&mut r.store, (PAGE as u32 - 4, 0, 16)).is_err());
-            assert!(r.fill.call(&mut r.store, (PAGE as u32 - 4, 0, 16)).is_err());
+            r.copy.call(&mut r.store, (end, end, 0)).unwrap();
+            r.fill.call(&mut r.store, (end, 0, 0)).unwrap();
         }
     }
 

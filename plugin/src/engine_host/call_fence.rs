@@ -55,16 +55,24 @@ struct Region {
 #[derive(Debug)]
 struct Armed {
     deadline: Instant,
-    region: Region,
-    /// CPU clock of the thread running the call.
-    cpu_clock: libc::clockid_t,
+    /// The guest's memory up to its limit: what the call may make accessible by growing.
+    reach: Region,
+    /// CPU clock of the thread running the call (`None`: no wedged-call detection).
+    cpu_clock: Option<libc::clockid_t>,
+}
+
+#[derive(Debug)]
+struct Fenced {
+    /// The calling thread's CPU time when fenced (`None` until it could be read).
+    cpu_at: Option<Duration>,
+    /// An `mprotect` failure was logged for this fence.
+    logged: bool,
 }
 
 #[derive(Debug, Default)]
 struct State {
     armed: Option<Armed>,
-    /// What is fenced now, and the calling thread's CPU time when it was.
-    fenced: Option<(Region, Duration)>,
+    fenced: Option<Fenced>,
     /// `on_wedged` was called for the current fence.
     reported: bool,
 }
@@ -142,47 +150,53 @@ impl CallFence {
     }
 
     /// Arms the fence for a call about to run on this thread on the memory at `base`
-    /// (`len` bytes, page-aligned, as wasmtime maps it). The host must not touch guest
-    /// memory until [`CallFence::disarm`].
-    pub fn arm(&self, deadline: Instant, base: *mut u8, len: usize) {
+    /// (page-aligned, as wasmtime maps it), which may grow to `limit` bytes during the
+    /// call. The host must not touch guest memory until the returned call is finished.
+    pub fn arm(&self, deadline: Instant, base: *mut u8, limit: usize) -> ArmedCall<'_> {
         let mut clock: libc::clockid_t = 0;
         // SAFETY: pthread_self() is this live thread; the out-pointer is valid.
         let found = unsafe { libc::pthread_getcpuclockid(libc::pthread_self(), &mut clock) };
-        let cpu_clock = if found == 0 {
-            clock
-        } else {
-            libc::CLOCK_THREAD_CPUTIME_ID
-        };
+        let base = base as usize;
         self.shared.lock().armed = Some(Armed {
             deadline,
-            region: Region {
-                base: base as usize,
-                len,
-            },
-            cpu_clock,
+            reach: Region { base, len: limit },
+            cpu_clock: (found == 0).then_some(clock),
         });
-    }
-
-    /// Ends the armed call. `true` when its memory was fenced: the call ran past its
-    /// deadline and its outcome must be treated as a timeout (the memory is accessible
-    /// again when this returns).
-    pub fn disarm(&self) -> bool {
-        let mut st = self.shared.lock();
-        st.armed = None;
-        st.reported = false;
-        let Some((region, _)) = st.fenced.take() else {
-            return false;
-        };
-        // SAFETY: the range was readable and writable guest memory when fenced, and the
-        // call that could grow or drop it has returned.
-        let restored = unsafe { protect(region, libc::PROT_READ | libc::PROT_WRITE) };
-        if let Err(e) = restored {
-            // wasmtime would fault on the guest's memory next: nothing safe remains.
-            tracing::error!(error = %e, "cannot restore the fenced guest memory; aborting");
-            std::process::abort();
+        ArmedCall {
+            fence: self,
+            base,
+            finished: false,
         }
-        self.shared.gate.fenced.store(false, Ordering::SeqCst);
-        true
+    }
+}
+
+/// A guest call in progress under the fence.
+#[must_use = "finish() tells whether the call timed out"]
+pub struct ArmedCall<'a> {
+    fence: &'a CallFence,
+    base: usize,
+    finished: bool,
+}
+
+impl ArmedCall<'_> {
+    /// Ends the call, whose memory now has `len` bytes. `true` when the memory was fenced:
+    /// the call ran past its deadline and its outcome must be treated as a timeout (the
+    /// memory is accessible again when this returns).
+    pub fn finish(mut self, len: usize) -> bool {
+        self.finished = true;
+        self.fence.shared.disarm(Some(Region {
+            base: self.base,
+            len,
+        }))
+    }
+}
+
+impl Drop for ArmedCall<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            // Unwinding out of the call: the memory's size is unknown here.
+            self.fence.shared.disarm(None);
+        }
     }
 }
 
@@ -191,41 +205,87 @@ impl Shared {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Disarms; restores `accessible` if the call was fenced (whether it was is returned).
+    fn disarm(&self, accessible: Option<Region>) -> bool {
+        let mut st = self.lock();
+        st.armed = None;
+        st.reported = false;
+        if st.fenced.take().is_none() {
+            return false;
+        }
+        let Some(region) = accessible else {
+            // Pages past the size must stay inaccessible (wasm's bounds rest on them),
+            // and the size is unknown: no correct restore exists.
+            tracing::error!("a fenced guest call unwound; aborting");
+            std::process::abort();
+        };
+        // SAFETY: `region` is the guest memory's accessible size now that the call,
+        // which could grow it, has returned; it was readable and writable before.
+        let restored = unsafe { protect(region, libc::PROT_READ | libc::PROT_WRITE) };
+        if let Err(e) = restored {
+            // wasmtime would fault on the guest's memory next: nothing safe remains.
+            tracing::error!(error = %e, "cannot restore the fenced guest memory; aborting");
+            std::process::abort();
+        }
+        self.gate.fenced.store(false, Ordering::SeqCst);
+        true
+    }
+
     /// One look of the watchdog at `now`.
     fn watch(&self, now: Instant) {
         let mut st = self.lock();
         let Some(armed) = st.armed.as_ref() else {
             return;
         };
-        let (region, cpu_clock) = (armed.region, armed.cpu_clock);
-        match st.fenced {
-            None if now >= armed.deadline => {
-                self.gate.fenced.store(true, Ordering::SeqCst);
-                // An import that got in before the flag reads briefly (a bounded list).
-                while self.gate.in_host.load(Ordering::SeqCst) {
-                    std::hint::spin_loop();
-                }
-                // SAFETY: the range is the armed call's guest memory, which no host code
-                // touches until disarm() restores it.
-                match unsafe { protect(region, libc::PROT_NONE) } {
-                    Ok(()) => st.fenced = Some((region, thread_cpu(cpu_clock))),
-                    Err(e) => {
-                        self.gate.fenced.store(false, Ordering::SeqCst);
-                        tracing::error!(error = %e, "cannot fence a guest call past its deadline");
-                    }
-                }
+        if now < armed.deadline {
+            return;
+        }
+        let (reach, cpu_clock) = (armed.reach, armed.cpu_clock);
+        if st.fenced.is_none() {
+            self.gate.fenced.store(true, Ordering::SeqCst);
+            // An import that got in before the flag reads briefly (a bounded list).
+            while self.gate.in_host.load(Ordering::SeqCst) {
+                std::hint::spin_loop();
             }
-            Some((_, at)) if !st.reported => {
-                let cpu_since_fence = thread_cpu(cpu_clock).saturating_sub(at);
-                if cpu_since_fence >= self.timeout {
-                    st.reported = true;
-                    (self.on_wedged)(WedgedCall {
-                        timeout: self.timeout,
-                        cpu_since_fence,
-                    });
-                }
+            // Recorded before the attempt: a failed mprotect may have changed part of
+            // the range, and disarm() must restore it either way.
+            st.fenced = Some(Fenced {
+                cpu_at: cpu_clock.and_then(thread_cpu),
+                logged: false,
+            });
+        }
+        // Every tick while fenced, up to the limit: memory the call grows after the
+        // fence is made accessible by wasmtime, and must be fenced too.
+        // SAFETY: the range is the armed call's guest memory and its reservation, which
+        // no host code touches until disarm() restores the accessible part.
+        let applied = unsafe { protect(reach, libc::PROT_NONE) };
+        let reported = st.reported;
+        let Some(f) = st.fenced.as_mut() else {
+            return;
+        };
+        if let Err(e) = applied {
+            if !f.logged {
+                f.logged = true;
+                tracing::error!(error = %e, "cannot fence a guest call past its deadline");
             }
-            _ => {}
+        }
+        let (Some(clock), false) = (cpu_clock, reported) else {
+            return;
+        };
+        let Some(at) = f.cpu_at else {
+            f.cpu_at = thread_cpu(clock);
+            return;
+        };
+        let Some(cpu) = thread_cpu(clock) else {
+            return;
+        };
+        let cpu_since_fence = cpu.saturating_sub(at);
+        if cpu_since_fence >= self.timeout {
+            st.reported = true;
+            (self.on_wedged)(WedgedCall {
+                timeout: self.timeout,
+                cpu_since_fence,
+            });
         }
     }
 }
@@ -274,20 +334,20 @@ unsafe fn protect(region: Region, prot: libc::c_int) -> std::io::Result<()> {
     }
 }
 
-/// CPU time consumed so far on `clock` (zero if it cannot be read).
-fn thread_cpu(clock: libc::clockid_t) -> Duration {
+/// CPU time consumed so far on `clock`, if it can be read.
+fn thread_cpu(clock: libc::clockid_t) -> Option<Duration> {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: the out-pointer is valid; a dead thread's clock makes the call fail.
     if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return Duration::ZERO;
+        return None;
     }
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
 }
 
 #[cfg(test)]
@@ -307,6 +367,11 @@ mod tests {
     /// A module exporting `memory` and `run()`, whose body is `body` in an endless loop;
     /// it imports `fl_prefetch` as function 0.
     fn looping(body: &[I<'_>]) -> Vec<u8> {
+        looping_after(&[], body)
+    }
+
+    /// [`looping`] with `prelude` run once before the loop.
+    fn looping_after(prelude: &[I<'_>], body: &[I<'_>]) -> Vec<u8> {
         let mut m = Module::new();
         let mut types = TypeSection::new();
         types.ty().function([ValType::I32, ValType::I32], []);
@@ -325,6 +390,9 @@ mod tests {
         m.section(&exports);
         let mut code = CodeSection::new();
         let mut f = Function::new([(1, ValType::I32)]);
+        for i in prelude {
+            f.instruction(i);
+        }
         f.instruction(&I::Loop(BlockType::Empty));
         for i in body {
             f.instruction(i);
@@ -376,14 +444,16 @@ mod tests {
         Guest { store, run, memory }
     }
 
+    /// The memory limit the test modules are armed with.
+    const LIMIT: usize = 16 << 20;
+
     /// Runs `g` under `fence` with a deadline `after` from now: (trapped, fenced, time).
     fn fenced_call(fence: &CallFence, g: &mut Guest, after: Duration) -> (bool, bool, Duration) {
         let t0 = Instant::now();
         let base = g.memory.data_ptr(&g.store);
-        let len = g.memory.data_size(&g.store);
-        fence.arm(t0 + after, base, len);
+        let call = fence.arm(t0 + after, base, LIMIT);
         let trapped = g.run.call(&mut g.store, ()).is_err();
-        let fenced = fence.disarm();
+        let fenced = call.finish(g.memory.data_size(&g.store));
         (trapped, fenced, t0.elapsed())
     }
 
@@ -403,6 +473,29 @@ mod tests {
         // The fence re-arms cleanly for the next call.
         let (trapped, fenced, _) = fenced_call(&fence, &mut g, Duration::from_millis(20));
         assert!(trapped && fenced);
+    }
+
+    #[test]
+    fn memory_the_call_grew_is_fenced_too() {
+        // One page grown at the start (pages 0-1 exist before), then a loop that counts
+        // in that new page only: fencing the size at arming would never stop it.
+        let grow = [I::I32Const(1), I::MemoryGrow(0), I::Drop];
+        let at_new_page = |i| match i {
+            I::I32Const(0) => I::I32Const(2 << 16),
+            other => other,
+        };
+        let body: Vec<I<'_>> = count_in_memory().into_iter().map(at_new_page).collect();
+        let engine = Engine::default();
+        let fence = CallFence::new(Duration::from_millis(30), |_| {}).unwrap();
+        let mut g = guest(&engine, &looping_after(&grow, &body), None);
+        let (trapped, fenced, took) = fenced_call(&fence, &mut g, Duration::from_millis(30));
+        assert!(trapped && fenced, "{took:?}");
+        assert_eq!(g.memory.data_size(&g.store), 3 << 16);
+        // All three pages are accessible again; the count is in the third.
+        let data = g.memory.data(&g.store);
+        let counted = u32::from_le_bytes(data[2 << 16..(2 << 16) + 4].try_into().unwrap());
+        assert!(counted > 1000, "{counted}");
+        assert_eq!(&data[..4], &[0; 4]);
     }
 
     #[test]

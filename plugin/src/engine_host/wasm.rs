@@ -104,6 +104,8 @@ struct CallBudget {
 struct Fenced {
     fence: Arc<CallFence>,
     deadline: Instant,
+    /// What the guest's memory may grow to (`memory_limit_bytes`).
+    limit: usize,
 }
 
 /// Calls one guest export: under the fence, when there is one, so that a call past its
@@ -115,16 +117,17 @@ fn invoke<P: WasmParams, R: WasmResults>(
     f: &TypedFunc<P, R>,
     args: P,
 ) -> Result<R, CallFail> {
-    let Some(Fenced { fence, deadline }) = fenced else {
+    let Some(Fenced {
+        fence,
+        deadline,
+        limit,
+    }) = fenced
+    else {
         return f.call(store, args).map_err(CallFail::Wasm);
     };
-    fence.arm(
-        *deadline,
-        memory.data_ptr(&*store),
-        memory.data_size(&*store),
-    );
+    let call = fence.arm(*deadline, memory.data_ptr(&*store), *limit);
     let outcome = f.call(&mut *store, args);
-    if fence.disarm() {
+    if call.finish(memory.data_size(&*store)) {
         return Err(CallFail::Wasm(wasmtime::format_err!(
             "the call ran past call_timeout_ms and was stopped by the memory fence"
         )));
@@ -193,6 +196,7 @@ impl Guest {
         let fenced = fence.map(|fence| Fenced {
             deadline: fence.deadline_from_now(),
             fence,
+            limit: memory_limit,
         });
         let version: TypedFunc<(), u32> = inst.get_typed_func(&mut store, "fl_abi_version")?;
         let v = match invoke(&mut store, memory, fenced.as_ref(), &version, ()) {
@@ -349,7 +353,10 @@ fn exit_wedged(w: WedgedCall) {
         exit_status = EXIT_WEDGED,
         "an engine guest call ran past call_timeout_ms and kept running without touching its memory, so the memory fence cannot stop it; exiting"
     );
-    std::process::exit(EXIT_WEDGED);
+    // Not exit(): the guest is still running on the engine thread, and atexit handlers
+    // and destructors have no business running beside it.
+    // SAFETY: _exit ends the process at once; nothing after it runs.
+    unsafe { libc::_exit(EXIT_WEDGED) }
 }
 
 /// Set (to anything) to write a perf map of the guest's compiled code, for profiling it.
@@ -387,8 +394,11 @@ fn compiled(fuel: bool, deadline: Option<TimeoutMechanism>) -> Result<Arc<Compil
     if fence {
         // The fence turns the guest's faults into traps: they must be signals, and the
         // memory it protects must stay where it was armed for the whole call.
+        // The whole reservation (4 GiB, the most `memory_limit_bytes` allows) is what the
+        // fence may protect up to the limit.
         wcfg.signals_based_traps(true);
         wcfg.memory_may_move(false);
+        wcfg.memory_reservation(4 << 30);
     }
     if std::env::var_os(PERFMAP_ENV).is_some() {
         // Lets `perf report` name the guest's JIT-compiled functions (/tmp/perf-<pid>.map).
