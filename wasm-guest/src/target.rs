@@ -146,6 +146,8 @@ struct Derived {
     window_ns: u64,
     cadence_ns: u64,
     bin_ns: u64,
+    /// The last bin whose start fits in a `u64` of nanoseconds.
+    last_bin: u64,
     min_n: f32,
     pool_min_n: f32,
     min_epochs: u16,
@@ -163,6 +165,7 @@ struct Derived {
 impl Derived {
     fn new(p: &Params) -> Self {
         let window_ns = seconds_to_ns(p.window_seconds).max(1);
+        let bin_ns = (window_ns / BinSet::BINS).max(1);
         let time_th = Thresholds {
             sigma: p.outlier_sigma as f32,
             min_increase: p.min_time_increase as f32,
@@ -181,7 +184,8 @@ impl Derived {
             corroboration_ns: seconds_to_ns(p.corroboration_seconds),
             window_ns,
             cadence_ns: seconds_to_ns(p.cadence_seconds).max(1),
-            bin_ns: (window_ns / BinSet::BINS).max(1),
+            bin_ns,
+            last_bin: u64::MAX / bin_ns,
             min_n: p.min_baseline_samples as f32,
             pool_min_n: 4.0 * p.min_baseline_samples as f32,
             min_epochs: p.min_baseline_epochs.min(u16::MAX as u32) as u16,
@@ -361,20 +365,26 @@ impl Target {
         };
         if grouped {
             // The native loop's three stages, a group of `FAR` events per step: tid index
-            // lines two groups ahead, thread records one group ahead (the slots go to
-            // `next`), the calls of the group about to be analysed.
+            // lines three groups ahead, thread records two groups ahead, the calls of the
+            // next group (so the first calls of a group get a group's lead too, and an
+            // exit fed right after its enter is hinted by the enter).
             let group = |g: usize| {
                 let lo = g.saturating_mul(FAR).min(events.len());
                 events
                     .get(lo..lo.saturating_add(FAR).min(events.len()))
                     .unwrap_or(&[])
             };
-            let mut next = [u32::MAX; FAR];
-            for g in 0..events.len().div_ceil(FAR) {
-                let now = group(g);
-                self.hint_group([group(g + 2), group(g + 1), now], &ahead, &mut next);
-                self.ingest_run(now, &mut ahead, false, &mut due, c);
-                ahead = next;
+            // The slots the thread stage found, by group modulo 3.
+            let mut slots = [[u32::MAX; FAR]; 3];
+            for s in 0..events.len().div_ceil(FAR) + 2 {
+                // Step `s` analyses group `s - 2` (the first two steps only hint).
+                let calls = s.checked_sub(1).map_or(&[][..], group);
+                let found = slots[(s + 2) % 3];
+                self.hint_group([group(s + 1), group(s), calls], &found, &mut slots[s % 3]);
+                if let Some(g) = s.checked_sub(2) {
+                    let ahead = &mut slots[g % 3];
+                    self.ingest_run(group(g), ahead, false, &mut due, c);
+                }
             }
             return due;
         }
@@ -505,7 +515,8 @@ impl Target {
         }
     }
 
-    /// Stage 2 of the prefetch: the call event `j` completes (its thread is cached by now).
+    /// Stage 2 of the prefetch: the call event `j` completes or begins (its thread is
+    /// cached by now).
     /// Both stages are always inlined: in the WASM guest each call would also cost an
     /// epoch-deadline check, per event.
     #[inline(always)]
@@ -521,8 +532,12 @@ impl Target {
             return;
         };
         let (key, enter_ns) = match ev.kind {
-            EventKind::Enter | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => return,
+            EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => return,
             EventKind::Complete => (ev.syscall.0, ev.ts_ns),
+            // For the exit that will complete it: an exit that follows its enter within
+            // `NEAR` events finds no pending call here, since the enter is not fed yet.
+            EventKind::Enter if ev.syscall != SyscallId::UNKNOWN => (ev.syscall.0, ev.ts_ns),
+            EventKind::Enter => return,
             EventKind::Exit => match th.pairer.pending {
                 Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
                 Some(p) => (ev.syscall.0, p.enter_ns),
@@ -536,11 +551,14 @@ impl Target {
         }
         // A call in a later bin than the thread's latest folds into the bin counts (the
         // test multiplies; the division is left to calls that need it).
-        let next_bin_ns = th
-            .calls
-            .latest()
-            .saturating_add(1)
-            .saturating_mul(self.d.bin_ns);
+        // Saturating, without `saturating_mul`: on wasm32 a 64-bit multiply with an
+        // overflow check is a call to a 128-bit multiply routine.
+        let next_bin = th.calls.latest().saturating_add(1);
+        let next_bin_ns = if next_bin <= self.d.last_bin {
+            next_bin * self.d.bin_ns
+        } else {
+            u64::MAX
+        };
         if enter_ns >= next_bin_ns {
             th.calls.prefetch_add(enter_ns / self.d.bin_ns);
         }
