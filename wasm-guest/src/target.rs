@@ -355,8 +355,6 @@ impl Target {
     /// Feeds one batch; returns the cadence reports that became due.
     pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
-        // The slots stage 1 of the prefetch found, by event index modulo `FAR`.
-        let mut ahead = [u32::MAX; FAR];
         let grouped = GROUPED && self.threads.len() >= GROUP_MIN_THREADS && {
             let changes = events.windows(2).filter(|w| w[0].tid != w[1].tid).count();
             changes.saturating_mul(10) >= events.len().saturating_mul(GROUP_MIN_CHANGES)
@@ -391,6 +389,8 @@ impl Target {
         // Only worth it when the threads' state cannot stay in cache: with a few dozen
         // threads the hints cost more than they save.
         let prefetch = PREFETCH && self.threads.len() >= PREFETCH_MIN_THREADS;
+        // The slots stage 1 of the prefetch found, by event index modulo `FAR`.
+        let mut ahead = [u32::MAX; FAR];
         if prefetch {
             // Staged prefetch: the tid index line `INDEX_AHEAD` events ahead, the thread
             // record `FAR` ahead, then (once that is in cache) the channels and counters
