@@ -498,7 +498,13 @@ fn the_native_engines_heap_is_handed_to_huge_pages_as_it_grows() {
         "{handled} bytes handed over for {state} bytes of state: {stats:?}"
     );
     if can_collapse() {
-        assert_eq!(stats.refused_ranges, 0, "{stats:?}");
+        // The kernel may refuse a range (no free huge page at that moment, or heap
+        // trimmed meanwhile: seen 2 of 8 in a clean-clone CI run); refusals are counted,
+        // and most of the heap must still be collapsed.
+        assert!(
+            stats.refused_ranges * HUGE <= stats.collapsed_bytes,
+            "most ranges should collapse: {stats:?}"
+        );
         assert!(
             heap_huge_kib * 1024 + 2 * HUGE >= stats.collapsed_bytes,
             "{heap_huge_kib} KiB of the heap in huge pages, {} bytes collapsed",
