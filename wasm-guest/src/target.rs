@@ -54,8 +54,8 @@ use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
 use crate::syscalls::SyscallId;
 use crate::thread::{
-    materialize_cold, BinSet, CallBins, Chan, ChanCold, ColdSlot, Episode, Increase, Series,
-    SeriesCold, Thread, EPISODE_TOP, GAP_KEY, INLINE_RING,
+    materialize_cold, BinSet, Chan, ChanCold, ColdSlot, Episode, Increase, Series, SeriesCold,
+    Thread, EPISODE_TOP, GAP_KEY, INLINE_RING,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -123,9 +123,6 @@ const GROUP_MIN_CHANGES: usize = 6;
 const GROUP_MIN_THREADS: usize = 1_500;
 const FAR: usize = 8;
 const NEAR: usize = 4;
-
-/// Leading bytes of a [`Thread`] that every call touches (see its field order).
-const THREAD_HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + CallBins::HOT_BYTES;
 
 /// How the anomaly onset T0 of an evaluation is chosen.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -511,7 +508,7 @@ impl Target {
             *a = slot.map_or(u32::MAX, |s| s as u32);
         }
         if let Some(t) = slot.and_then(|s| self.threads.get(s)) {
-            crate::prefetch::bytes(t, THREAD_HOT_BYTES);
+            crate::prefetch::bytes(t, Thread::HOT_BYTES);
         }
     }
 
@@ -538,7 +535,7 @@ impl Target {
             // `NEAR` events finds no pending call here, since the enter is not fed yet.
             EventKind::Enter if ev.syscall != SyscallId::UNKNOWN => (ev.syscall.0, ev.ts_ns),
             EventKind::Enter => return,
-            EventKind::Exit => match th.pairer.pending {
+            EventKind::Exit => match th.pairer.pending() {
                 Some(p) if ev.syscall == SyscallId::UNKNOWN => (p.syscall.0, p.enter_ns),
                 Some(p) => (ev.syscall.0, p.enter_ns),
                 None => return,
@@ -553,14 +550,14 @@ impl Target {
         // test multiplies; the division is left to calls that need it).
         // Saturating, without `saturating_mul`: on wasm32 a 64-bit multiply with an
         // overflow check is a call to a 128-bit multiply routine.
-        let next_bin = th.calls.latest().saturating_add(1);
+        let next_bin = th.calls().latest().saturating_add(1);
         let next_bin_ns = if next_bin <= self.d.last_bin {
             next_bin * self.d.bin_ns
         } else {
             u64::MAX
         };
         if enter_ns >= next_bin_ns {
-            th.calls.prefetch_add(enter_ns / self.d.bin_ns);
+            th.calls().prefetch_add(enter_ns / self.d.bin_ns);
         }
     }
 
@@ -666,7 +663,7 @@ impl Target {
         }
         let bin = self.bin_of(call.enter_ns);
         if let Some(th) = self.threads.get_mut(slot) {
-            th.calls.add(bin);
+            th.add_call(bin);
         }
         self.analyse_call(slot, call, bin, c);
     }
@@ -791,7 +788,7 @@ impl Target {
                 if key_tested {
                     tested = true;
                     if key != GAP_KEY && SyscallId(key).subsystem().is_io() {
-                        th.tested_io.mark(bin);
+                        th.mark_tested_io(bin);
                     }
                 }
             }
@@ -831,7 +828,7 @@ impl Target {
             }
         }
         if tested {
-            th.tested.mark(bin);
+            th.mark_tested(bin);
         }
         if outlying {
             th.outlying.mark(bin);
@@ -1127,18 +1124,18 @@ impl Target {
             // population below the floor.
             let mut stopped_floor: Option<u64> = None;
             for t in self.threads.iter() {
-                let calls_after = t.calls.sum(lo, hi);
+                let calls_after = t.calls().sum(lo, hi);
                 let busy = calls_after >= self.params.min_active_calls as u64;
-                let testable = busy && t.tested.any(lo, hi);
+                let testable = busy && t.tested().any(lo, hi);
                 if testable {
                     active += 1;
-                    if t.tested_io.any(lo, hi) {
+                    if t.tested_io().any(lo, hi) {
                         active_io += 1;
                     }
                 }
                 let affected = first(t, t0);
-                if affected.is_none() && !busy && calls_after > 0 && t.tested.any(lo, hi) {
-                    quiet.push((calls_after, t.tested_io.any(lo, hi)));
+                if affected.is_none() && !busy && calls_after > 0 && t.tested().any(lo, hi) {
+                    quiet.push((calls_after, t.tested_io().any(lo, hi)));
                 }
                 if let Some((e, persistence, stuck)) = affected {
                     // Only a thread working at T0 can have been parked after it (an idle
@@ -1379,7 +1376,7 @@ impl Target {
     /// has been silent since its last one is asked whether it spins ([`spin_episode`]).
     fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
         let d = &self.d;
-        let Some(p) = t.pairer.pending else {
+        let Some(p) = t.pairer.pending() else {
             return spin_episode(t, to, d, &self.params);
         };
         let baseline = t
@@ -1470,7 +1467,7 @@ impl Target {
         }
         let end = from.saturating_add(d.persistence_ns);
         let (lo, hi) = (from / d.bin_ns, end.min(to) / d.bin_ns);
-        let tested = t.tested.count(lo, hi);
+        let tested = t.tested().count(lo, hi);
         let share = if tested == 0 {
             0.0
         } else {
@@ -1770,8 +1767,9 @@ fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {
         return 0.0;
     }
     let (la, lb) = (a / bin, b / bin);
-    let part =
-        |bi: u64, from: u64, to: u64| t.calls.sum(bi, bi) as f64 * (to - from) as f64 / bin as f64;
+    let part = |bi: u64, from: u64, to: u64| {
+        t.calls().sum(bi, bi) as f64 * (to - from) as f64 / bin as f64
+    };
     if la == lb {
         return part(la, a, b);
     }
@@ -1779,7 +1777,7 @@ fn calls_in(t: &Thread, a: u64, b: u64, bin: u64) -> f64 {
     let head = part(la, a, (la + 1) * bin);
     let tail = part(lb, lb * bin, b);
     let mid = if lb > la + 1 {
-        t.calls.sum(la + 1, lb - 1) as f64
+        t.calls().sum(la + 1, lb - 1) as f64
     } else {
         0.0
     };
@@ -1801,7 +1799,7 @@ fn resumed_at(t: &Thread, from: u64, until: u64, d: &Derived) -> u64 {
     if bin == 0 || until <= from {
         return from;
     }
-    let kept = t.calls.oldest_kept();
+    let kept = t.calls().oldest_kept();
     // At least α (and the unit gap): a pause shorter than the time a thread may take to
     // show a fault and still count as direct is no parking (on generated streams with
     // heavy-tailed waits, every pause over the 1-s gap counting answered an alarm 15 s
@@ -1814,11 +1812,11 @@ fn resumed_at(t: &Thread, from: u64, until: u64, d: &Derived) -> u64 {
     // enough wins. Only a pause a call ended is one the thread resumed from: a thread
     // stuck in the very call that is its alarm is in the pause, not after it.
     let mut end = (until / bin).min(kept.saturating_add(crate::thread::RING_BINS));
-    let mut ran = t.calls.sum(end, end) != 0;
+    let mut ran = t.calls().sum(end, end) != 0;
     let mut b = end;
     while b > first {
         b -= 1;
-        if t.calls.sum(b, b) != 0 {
+        if t.calls().sum(b, b) != 0 {
             end = b;
             ran = true;
         } else if ran && end - b >= need {
@@ -1851,7 +1849,7 @@ fn single_value_limit(r: &crate::detector::Reference, d: &Derived) -> u64 {
 /// channel over the threshold ([`single_value_limit`]), the rule a stuck call meets.
 fn stall_episode(th: &Thread, resume_ns: u64, d: &Derived, p: &Params) -> Option<Episode> {
     let last = th.last_exit_ns;
-    if last == 0 || th.pairer.pending.is_some() || !busy_before(th, last, d, p.stall_min_calls) {
+    if last == 0 || th.pairer.pending().is_some() || !busy_before(th, last, d, p.stall_min_calls) {
         return None;
     }
     let r = gap_reference(th, d)?;
@@ -1914,7 +1912,7 @@ fn stopped_outside_calls(
 fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode> {
     let last = th.last_exit_ns;
     if last == 0
-        || th.pairer.pending.is_some()
+        || th.pairer.pending().is_some()
         || th.last_seen_ns > last
         || !burst_before(th, last, d, p.stall_min_calls)
     {
@@ -1940,7 +1938,7 @@ fn busy_before(th: &Thread, at: u64, d: &Derived, min_calls: u32) -> bool {
 fn burst_before(th: &Thread, at: u64, d: &Derived, min_calls: u32) -> bool {
     min_calls > 0
         && th
-            .calls
+            .calls()
             .sum(at.saturating_sub(1_000_000_000) / d.bin_ns, at / d.bin_ns)
             >= u64::from(min_calls)
 }
@@ -2311,7 +2309,7 @@ mod tests {
         // Busy in bins 1000–1009, parked in one call over 1010–1059, then busy again from
         // 1060; a pause of four bins (over the gap, under α) at 1070–1073; busy from 1074.
         for b in (1000..1010).chain(1060..1070).chain(1074..1080) {
-            t.calls.add(b);
+            t.add_call(b);
         }
         let (from, alarm) = (1000 * bin + 5, 1077 * bin + 7);
         // The short pause does not count; the long one ended where bin 1060 begins.
@@ -2326,7 +2324,7 @@ mod tests {
         assert_eq!(resumed_at(&t, from, 1095 * bin, &d), 1060 * bin);
         // Bins the ring no longer holds read as empty but are no pause.
         let mut late = t.clone();
-        late.calls.add(1000 + 400);
+        late.add_call(1000 + 400);
         assert_eq!(resumed_at(&late, from, alarm, &d), from);
     }
 

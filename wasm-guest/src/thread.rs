@@ -184,8 +184,10 @@ pub const INLINE_RING: usize = 5;
 /// channel is the [`ChanCold`] at the same index.
 ///
 /// 128 bytes aligned to 64: exactly two cache lines, one aligned pair of them. Each
-/// series' ring (k ≤ [`INLINE_RING`]) follows the series, so what a gap call touches
-/// (`unit`, `dur` and its ring) is the first 72 bytes.
+/// series' ring (k ≤ [`INLINE_RING`]) follows the series. What a gap call touches
+/// (`unit`, `dur` and its ring) is the first line, alone: the gap channel has no
+/// frequency series, and every call feeds it, so a call costs one line less than with
+/// `last_enter_ns` in front.
 #[derive(Clone, Copy, Debug, Default)]
 #[repr(C, align(64))]
 pub struct Chan {
@@ -193,14 +195,14 @@ pub struct Chan {
     /// differs from [`Thread::unit`] they are reset on next use (see [`Thread::start_unit`]).
     pub unit: u16,
     pub key: u16,
-    /// Entry time of the latest call of this syscall (0 = none yet); of the current unit
-    /// only when `dur.len > 0` (a call of this unit has been pushed). Kept across units:
-    /// it tells how long the channel has been idle (see [`Thread::recycle_chan`]).
-    pub last_enter_ns: u64,
     /// Execution time (or gap length for [`GAP_KEY`]).
     pub dur: Series,
     /// `dur`'s ring when k ≤ [`INLINE_RING`].
     pub dur_ring: [f32; INLINE_RING],
+    /// Entry time of the latest call of this syscall (0 = none yet); of the current unit
+    /// only when `dur.len > 0` (a call of this unit has been pushed). Kept across units:
+    /// it tells how long the channel has been idle (see [`Thread::recycle_chan`]).
+    pub last_enter_ns: u64,
     /// Inter-arrival time of this syscall within the unit: the frequency channel.
     pub ia: Series,
     /// `ia`'s ring when k ≤ [`INLINE_RING`].
@@ -208,6 +210,11 @@ pub struct Chan {
 }
 
 const _: () = assert!(std::mem::size_of::<Chan>() == 128);
+const _: () = assert!(GAP_CHAN_HOT_BYTES <= 64, "a gap call must touch one line");
+const _: () = assert!(
+    Thread::HOT_BYTES <= 128,
+    "a call must touch two lines of its thread"
+);
 
 /// A channel's parts one call updates, borrowed apart so its series and their rings
 /// (inside the record, or in the thread's slab for a larger k) can be used together.
@@ -240,7 +247,7 @@ pub struct ChanCold {
 }
 
 /// Leading bytes of a [`Chan`] a gap channel's call touches (`unit`, `dur` and its ring).
-const GAP_CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, ia);
+const GAP_CHAN_HOT_BYTES: usize = std::mem::offset_of!(Chan, last_enter_ns);
 
 impl ChanCold {
     /// The cold part of the execution-time (`false`) or frequency (`true`) series.
@@ -606,6 +613,11 @@ pub fn ring_sum(slots: &[u16; 256], latest: u64, lo: u64, hi: u64, extra: u16) -
         .sum()
 }
 
+/// [`Thread::latest_marks`] flag: a channel was tested in the latest bin.
+const LATEST_TESTED: u8 = 1;
+/// [`Thread::latest_marks`] flag: an I/O channel was tested in the latest bin.
+const LATEST_TESTED_IO: u8 = 2;
+
 /// Everything the engine keeps about one thread.
 ///
 /// `repr(C)` keeps the declared order: the fields every call touches come first so a
@@ -617,41 +629,48 @@ pub struct Thread {
     pub last_seen_ns: u64,
     /// Exit time of the previous call (0 = no call yet).
     pub last_exit_ns: u64,
-    pub unit_start_ns: u64,
     pub tid: u32,
+    /// Generation of the current execution unit (see [`Chan::unit`]).
+    pub unit: u16,
+    /// Index + 1 of the gap channel (0 = none yet): looked up twice per call, and a
+    /// field read is cheaper than the key scan.
+    gap_chan: u16,
+    /// Longest call the thread completed (µs), decaying by 1/8 per epoch: what "blocked
+    /// longer than it ever waits" is measured against (see `target::blocked_episode`).
+    pub longest_call_us: u32,
     /// An episode was already recorded in the current unit (only the first counts).
     pub unit_has_episode: bool,
     /// The thread had an episode in the current epoch: its own baselines skip this epoch.
     pub dirty: bool,
     pub episode_pos: u8,
-    /// Generation of the current execution unit (see [`Chan::unit`]).
-    pub unit: u16,
-    /// Index + 1 of the gap channel (0 = none yet): looked up twice per call, and a
-    /// field read is cheaper than the key scan (it fills padding, the record does not grow).
-    gap_chan: u16,
-    /// Longest call the thread completed (µs), decaying by 1/8 per epoch: what "blocked
-    /// longer than it ever waits" is measured against (see `target::blocked_episode`;
-    /// it fills padding, the record does not grow).
-    pub longest_call_us: u32,
+    /// Marks of bin `calls.latest()` not yet in `tested` ([`LATEST_TESTED`]) and
+    /// `tested_io` ([`LATEST_TESTED_IO`]); see [`Thread::mark_tested`].
+    latest_marks: u8,
     pub pairer: Pairer,
     /// Keys of the first [`INLINE_KEYS`] channels, parallel to `chans`: the per-call
     /// lookup scans 2 bytes per channel in the thread's own cache lines instead of whole
     /// channel records on the heap.
     pub keys: [u16; INLINE_KEYS],
     pub chans: Vec<Chan>,
-    /// Bins in which any channel was tested.
-    pub tested: BinSet,
-    /// Calls per bin (its [`CallBins::HOT_BYTES`] end the per-call part of the record).
-    pub calls: CallBins,
+    /// Calls per bin (its [`CallBins::HOT_BYTES`] end the per-call part of the record:
+    /// at most two cache lines, see [`Thread::HOT_BYTES`]). Counted through
+    /// [`Thread::add_call`], which keeps `latest_marks` true to its bin.
+    calls: CallBins,
+    /// Start of the current execution unit: written when a unit starts, read by
+    /// episodes, so outside the per-call part.
+    pub unit_start_ns: u64,
+    /// Bins in which any channel was tested, but for the latest bin's mark while it is
+    /// a flag in `latest_marks` (read it through [`Thread::tested`]).
+    tested: BinSet,
     /// When the last episode was recorded (for the refractory period; read when an
     /// outlier is confirmed, so outside the per-call part).
     pub last_episode_ns: u64,
     /// Ring slab, used only when k > [`INLINE_RING`] (else empty): channel i owns
     /// `[i·2k, i·2k+k)` (execution time) and `[i·2k+k, (i+1)·2k)` (inter-arrival).
     pub rings: Vec<f32>,
-    /// Bins in which a disk/network I/O channel was tested (filtering mode; only I/O
-    /// calls touch it, so it is outside the per-call part).
-    pub tested_io: BinSet,
+    /// Bins in which a disk/network I/O channel was tested (filtering mode), like
+    /// `tested` (read it through [`Thread::tested_io`]).
+    tested_io: BinSet,
     /// Keys of channels beyond [`INLINE_KEYS`] (only with a larger channel cap).
     pub more_keys: Vec<u16>,
     /// Cold parts of `chans`, index for index: empty until one is first written (see
@@ -681,6 +700,91 @@ impl Thread {
             last_seen_ns: now_ns,
             ..Self::default()
         }
+    }
+
+    /// Leading bytes every call touches; two cache lines, since at 10,000 threads each
+    /// line of them is a miss per call.
+    pub const HOT_BYTES: usize = std::mem::offset_of!(Thread, calls) + CallBins::HOT_BYTES;
+
+    /// The thread's calls per bin.
+    #[inline(always)]
+    pub fn calls(&self) -> &CallBins {
+        &self.calls
+    }
+
+    /// Counts a call in `bin`.
+    #[inline]
+    pub fn add_call(&mut self, bin: u64) {
+        if bin != self.calls.latest() {
+            // The latest bin may change: its pending marks go into the sets first.
+            self.fold_tested();
+        }
+        self.calls.add(bin);
+    }
+
+    /// Marks `bin` as one in which a channel was tested.
+    ///
+    /// A mark of the latest bin (almost every call's) is only a flag in `latest_marks`,
+    /// among the bytes every call touches; it goes into the bin set when another bin is
+    /// counted or marked, so the set's bytes are off the per-call path. The set sees the
+    /// same marks in the same order, less repeats of the same bin, which change nothing.
+    #[inline]
+    pub fn mark_tested(&mut self, bin: u64) {
+        self.mark(LATEST_TESTED, bin);
+    }
+
+    /// Marks `bin` as one in which a disk or network I/O channel was tested, like
+    /// [`Thread::mark_tested`].
+    #[inline]
+    pub fn mark_tested_io(&mut self, bin: u64) {
+        self.mark(LATEST_TESTED_IO, bin);
+    }
+
+    #[inline(always)]
+    fn mark(&mut self, which: u8, bin: u64) {
+        if bin == self.calls.latest() {
+            self.latest_marks |= which;
+        } else {
+            self.mark_other(which, bin);
+        }
+    }
+
+    #[cold]
+    fn mark_other(&mut self, which: u8, bin: u64) {
+        self.fold_tested();
+        if which == LATEST_TESTED {
+            self.tested.mark(bin);
+        } else {
+            self.tested_io.mark(bin);
+        }
+    }
+
+    fn fold_tested(&mut self) {
+        let marks = std::mem::take(&mut self.latest_marks);
+        if marks & LATEST_TESTED != 0 {
+            self.tested.mark(self.calls.latest());
+        }
+        if marks & LATEST_TESTED_IO != 0 {
+            self.tested_io.mark(self.calls.latest());
+        }
+    }
+
+    /// `set` with the latest bin marked when `latest_marks` has `which`.
+    fn with_latest(&self, mut set: BinSet, which: u8) -> BinSet {
+        if self.latest_marks & which != 0 {
+            set.mark(self.calls.latest());
+        }
+        set
+    }
+
+    /// Bins in which any channel was tested.
+    pub fn tested(&self) -> BinSet {
+        self.with_latest(self.tested, LATEST_TESTED)
+    }
+
+    /// Bins in which a disk or network I/O channel was tested.
+    pub fn tested_io(&self) -> BinSet {
+        self.with_latest(self.tested_io, LATEST_TESTED_IO)
     }
 
     /// Index of `key`'s channel, creating it while under `cap`.
