@@ -1093,6 +1093,38 @@ impl Thread {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Marks of the latest bin are deferred flags (`latest_marks`); the sets read
+        /// through `tested()`/`tested_io()` must equal sets marked at once, whatever the
+        /// order of calls counted and bins marked (older, same, newer, out of range).
+        #[test]
+        fn deferred_latest_marks_read_as_marks_made_at_once(
+            ops in proptest::collection::vec((0u8..3, 0u64..600), 0..400),
+        ) {
+            let mut t = Thread::new(1, 0);
+            let (mut tested, mut tested_io) = (BinSet::default(), BinSet::default());
+            for (op, bin) in ops {
+                match op {
+                    0 => t.add_call(bin),
+                    1 => {
+                        t.mark_tested(bin);
+                        tested.mark(bin);
+                    }
+                    _ => {
+                        t.mark_tested_io(bin);
+                        tested_io.mark(bin);
+                    }
+                }
+                for (got, want) in [(t.tested(), tested), (t.tested_io(), tested_io)] {
+                    proptest::prop_assert_eq!(got.count(0, 1_000), want.count(0, 1_000));
+                    for lo in (0..600).step_by(37) {
+                        proptest::prop_assert_eq!(got.count(lo, lo + 40), want.count(lo, lo + 40));
+                    }
+                }
+            }
+        }
+    }
+
     #[test]
     fn series_moving_average() {
         let mut s = Series::default();
