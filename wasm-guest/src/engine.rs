@@ -61,12 +61,21 @@ impl Engine {
     /// Per-target parameters (e.g. calibrated α/β); applies from the next evaluation.
     pub fn set_target_params(&mut self, target: &str, params: Params) -> Result<(), ParamError> {
         params.validate()?;
+        // Refused, not dropped: a calibration the operator stored must not silently
+        // give way to the defaults.
+        if self.overrides.len() >= self.params.max_targets && !self.overrides.contains_key(target) {
+            return Err(ParamError {
+                key: "max_targets",
+                reason: format!(
+                    "per-target parameters are capped at max_targets = {}",
+                    self.params.max_targets
+                ),
+            });
+        }
         if let Some(t) = self.targets.get_mut(target) {
             t.set_params(params.clone());
         }
-        if self.overrides.len() < self.params.max_targets || self.overrides.contains_key(target) {
-            self.overrides.insert(target.to_string(), params);
-        }
+        self.overrides.insert(target.to_string(), params);
         Ok(())
     }
 

@@ -16,6 +16,7 @@
 
 pub mod abi;
 pub mod advice;
+pub mod clock_screen;
 pub mod cpu_time;
 pub mod detector;
 pub mod diagnosis;

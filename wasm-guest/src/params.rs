@@ -229,6 +229,11 @@ impl Default for Params {
     }
 }
 
+/// Most cadence ticks per window ([`Params::validate`]).
+pub const MAX_WINDOW_EPOCHS: usize = 512;
+/// Most cells (`sketch_width × sketch_depth`) of a target's overflow sketch.
+pub const MAX_SKETCH_CELLS: usize = 1 << 21;
+
 fn err(key: &'static str, reason: impl Into<String>) -> ParamError {
     ParamError {
         key,
@@ -297,6 +302,19 @@ impl Params {
             positive_seconds("gap_threshold_seconds", g)?;
         }
         positive_seconds("cadence_seconds", self.cadence_seconds)?;
+        // Each cadence tick of the window keeps a per-syscall activity row, allocated
+        // up front per target (~6 KiB a row).
+        let epochs = self.window_seconds / self.cadence_seconds;
+        if epochs > MAX_WINDOW_EPOCHS as f64 {
+            return Err(err(
+                "cadence_seconds",
+                format!(
+                    "window_seconds / cadence_seconds must not exceed {MAX_WINDOW_EPOCHS} \
+                     (per-target state grows with it), got {} / {} = {epochs:.0}",
+                    self.window_seconds, self.cadence_seconds
+                ),
+            ));
+        }
         if self.cadence_seconds > self.window_seconds {
             return Err(err(
                 "cadence_seconds",
@@ -316,7 +334,26 @@ impl Params {
                 format!("must be a power of two, got {}", self.sketch_width),
             ));
         }
-        in_range("sketch_depth", self.sketch_depth, 1, 16)?;
+        in_range(
+            "sketch_depth",
+            self.sketch_depth,
+            1,
+            crate::sketch::MAX_DEPTH,
+        )?;
+        // Both epochs of a target's overflow sketch are allocated at once, at its first
+        // untracked call: a bound on the product keeps that at most 32 MiB, where the
+        // separate bounds allowed 2 GiB, an allocation that fails in the guest.
+        let cells = self.sketch_width.saturating_mul(self.sketch_depth);
+        if cells > MAX_SKETCH_CELLS {
+            return Err(err(
+                "sketch_width",
+                format!(
+                    "sketch_width × sketch_depth must not exceed {MAX_SKETCH_CELLS} \
+                     (2 epochs × 8 bytes per cell per target), got {} × {} = {cells}",
+                    self.sketch_width, self.sketch_depth
+                ),
+            ));
+        }
         in_range(
             "min_baseline_samples",
             self.min_baseline_samples as usize,
@@ -431,6 +468,45 @@ pub fn seconds_to_ns(s: f64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn state_sizing_knobs_are_bounded_together() {
+        let bad = |p: Params| p.validate().expect_err("invalid").key;
+        let d = Params::default();
+        // The sketch supports 8 rows, so 9–16 would validate and then build no sketch.
+        assert_eq!(
+            bad(Params {
+                sketch_depth: 12,
+                ..d.clone()
+            }),
+            "sketch_depth"
+        );
+        // Each bound alone allowed 2^24 × 8 cells: 2 GiB at the first untracked call.
+        let wide = Params {
+            sketch_width: 1 << 24,
+            sketch_depth: 4,
+            ..d.clone()
+        };
+        assert_eq!(bad(wide), "sketch_width");
+        let widest = Params {
+            sketch_width: 1 << 19,
+            sketch_depth: 4,
+            ..d.clone()
+        };
+        assert_eq!(widest.validate(), Ok(()));
+        // 90 s in ticks of 20 ms: 4,500 activity rows per target.
+        let fine = Params {
+            cadence_seconds: 0.02,
+            ..d.clone()
+        };
+        assert_eq!(bad(fine), "cadence_seconds");
+        let hourly = Params {
+            window_seconds: 3_600.0,
+            cadence_seconds: 10.0,
+            ..d
+        };
+        assert_eq!(hourly.validate(), Ok(()));
+    }
 
     #[test]
     fn defaults_are_the_papers_and_valid() {

@@ -194,6 +194,14 @@ pub struct EngineCounters {
     /// malformed batch or library caller): analysed as unknown syscalls (id 0).
     #[serde(default)]
     pub reserved_syscall_ids: u64,
+    /// Records stamped more than an hour from their target's clock, left out (see
+    /// [`crate::clock_screen`]): a corrupt or hostile timestamp, or the first records
+    /// after the clock itself jumped.
+    #[serde(default)]
+    pub clock_outliers: u64,
+    /// Targets restarted because their clock jumped back by more than an hour.
+    #[serde(default)]
+    pub clock_resets: u64,
 }
 
 /// One diagnosis of one target over one window.

@@ -39,6 +39,7 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
+use crate::clock_screen::{ClockScreen, Screened};
 use crate::cpu_time::{Burner, BurnerTest, NeighbourTest, Switches};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
@@ -122,6 +123,9 @@ const GROUP_MIN_CHANGES: usize = 6;
 /// 10,000: +75 % and +10 %.
 const GROUP_MIN_THREADS: usize = 1_500;
 const FAR: usize = 8;
+/// Thread records compared per eviction at `max_threads`: enough that the victim is
+/// among the least recently seen few percent, few enough to cost no more than a call.
+const EVICT_SAMPLE: usize = 64;
 const NEAR: usize = 4;
 
 /// How the anomaly onset T0 of an evaluation is chosen.
@@ -281,6 +285,10 @@ pub struct Target {
     bin_cache: (u64, u64, u64),
     /// When records were last reported lost (0: never; see [`EventKind::Lost`]).
     loss_ns: u64,
+    /// Guards the clock against records stamped far from it.
+    screen: ClockScreen,
+    /// Where the next eviction's sample starts (see `new_thread`).
+    evict_hand: usize,
 }
 
 impl Target {
@@ -308,6 +316,8 @@ impl Target {
             last_slot: None,
             bin_cache: EMPTY_BIN,
             loss_ns: 0,
+            screen: ClockScreen::default(),
+            evict_hand: 0,
         }
     }
 
@@ -349,9 +359,28 @@ impl Target {
         }
     }
 
-    /// Feeds one batch; returns the cadence reports that became due.
+    /// Feeds one time-ordered batch; returns the cadence reports that became due.
+    /// Records far from the target's clock are screened out first (see
+    /// [`crate::clock_screen`]).
     pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
+        let clock = self.first_ns.map(|_| self.now_ns);
+        match self.screen.screen(events, clock, &mut c.clock_outliers) {
+            Screened::All => self.ingest_near(events, c),
+            Screened::Part(r) => self.ingest_near(events.get(r).unwrap_or(&[]), c),
+            Screened::Restart => {
+                c.clock_resets += 1;
+                *self = Target::new(&self.name, self.params.clone());
+                self.ingest_near(events, c)
+            }
+        }
+    }
+
+    /// [`Target::ingest`] of records near the clock.
+    fn ingest_near(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
+        if events.is_empty() {
+            return due;
+        }
         let grouped = GROUPED && self.threads.len() >= GROUP_MIN_THREADS && {
             let changes = events.windows(2).filter(|w| w[0].tid != w[1].tid).count();
             changes.saturating_mul(10) >= events.len().saturating_mul(GROUP_MIN_CHANGES)
@@ -607,14 +636,18 @@ impl Target {
         let s = if self.threads.len() < self.params.max_threads {
             self.threads.push(Thread::new(tid, ts))
         } else {
-            // Evict the least recently seen thread (counted).
-            let victim = self
-                .threads
-                .iter()
-                .enumerate()
-                .min_by_key(|(_, t)| t.last_seen_ns)
-                .map(|(i, _)| i)
+            // Evict the least recently seen of the next `EVICT_SAMPLE` records after a
+            // rotating hand (counted): an approximate LRU in O(1) per new thread. The
+            // exact one scanned every record, for every new thread once a target was
+            // full: a fork-heavy target, or a client inventing tids, paid max_threads
+            // reads per event.
+            let n = self.threads.len().max(1);
+            let start = self.evict_hand % n;
+            let victim = (0..EVICT_SAMPLE.min(n))
+                .map(|i| (start + i) % n)
+                .min_by_key(|&i| self.threads.get(i).map_or(0, |t| t.last_seen_ns))
                 .unwrap_or(0);
+            self.evict_hand = (start + EVICT_SAMPLE) % n;
             c.evicted_threads += 1;
             if let Some(old) = self.threads.get(victim) {
                 self.index.remove(old.tid);
@@ -649,6 +682,23 @@ impl Target {
             add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
             return;
         }
+        // The gap channel's key is no syscall's: an id that collides with it (from a
+        // batch, never from the name tables) is an unknown syscall from here on, so no
+        // part of the analysis (the pending entry, a blocked or stuck call) takes it for
+        // the thread's gap series. Counted once per call, at its first half.
+        let mapped;
+        let ev = if ev.syscall.0 == GAP_KEY {
+            if ev.kind != EventKind::Exit {
+                c.reserved_syscall_ids += 1;
+            }
+            mapped = SyscallEvent {
+                syscall: SyscallId::UNKNOWN,
+                ..*ev
+            };
+            &mapped
+        } else {
+            ev
+        };
         let Some(call) = th.pairer.feed_after_loss(ev, self.loss_ns, c) else {
             return;
         };
@@ -737,17 +787,9 @@ impl Target {
                 }
             }
         }
-        // 3. The syscall's execution time and frequency channels.
-        // The gap channel's key is no syscall's: an id that collides with it (from a
-        // batch, never from the name tables) is analysed as an unknown syscall instead
-        // of feeding the thread's gap series.
-        let key = match call.syscall.0 {
-            GAP_KEY => {
-                c.reserved_syscall_ids += 1;
-                SyscallId::UNKNOWN.0
-            }
-            id => id,
-        };
+        // 3. The syscall's execution time and frequency channels (never the gap
+        // channel's key: `ingest_one` read that id as unknown).
+        let key = call.syscall.0;
         // Whether the thread's own execution-time baseline judged this call.
         let mut own_judged = false;
         let ci = th.chan_index(key, k, d.max_chans);
@@ -2370,5 +2412,56 @@ mod tests {
         assert_eq!(chan(GAP_KEY).dur.current(k), Some(1_000_000.0));
         assert_eq!(th.chans.len(), 2);
         assert_eq!(c.reserved_syscall_ids, 40, "each counted");
+    }
+
+    #[test]
+    fn a_pending_entry_with_the_gap_key_is_an_unknown_syscall() {
+        // Its exit never comes: an in-flight call judged against the gap series would
+        // be reported as a stall of the thread between calls.
+        let mut t = Target::new("t", Params::default());
+        let mut c = EngineCounters::default();
+        let odd = SyscallId(GAP_KEY);
+        let evs = [
+            SyscallEvent::enter(1, 1, odd, 1_000),
+            SyscallEvent::exit(1, 1, odd, 2_000, None),
+            SyscallEvent::enter(1, 1, odd, 3_000),
+        ];
+        t.ingest(&evs, &mut c);
+        let th = t.threads.get(0).expect("the thread");
+        let pending = th.pairer.pending().expect("the open entry");
+        assert_eq!(pending.syscall, SyscallId::UNKNOWN);
+        assert_eq!(c.calls, 1);
+        assert_eq!(c.reserved_syscall_ids, 2, "once per call, at its entry");
+    }
+
+    #[test]
+    fn eviction_at_the_thread_cap_spares_a_busy_thread() {
+        let p = Params {
+            max_threads: 256,
+            ..Params::default()
+        };
+        let mut t = Target::new("t", p);
+        let mut c = EngineCounters::default();
+        // A busy thread, each of its calls followed by one of a thread never seen before.
+        let evs: Vec<SyscallEvent> = (0..20_000u32)
+            .flat_map(|i| {
+                let ts = 1_000_000_000 + u64::from(i) * 10_000;
+                [
+                    SyscallEvent::complete(1, 1, SyscallId(1), ts, 100),
+                    SyscallEvent::complete(1, 1_000 + i, SyscallId(1), ts + 5_000, 100),
+                ]
+            })
+            .collect();
+        t.ingest(evs.get(..2).expect("two"), &mut c);
+        let slot = t.index.get(1);
+        t.ingest(evs.get(2..).expect("the rest"), &mut c);
+        assert_eq!(c.evicted_threads, 20_001 - 256);
+        assert_eq!(t.thread_count(), 256);
+        assert!(slot.is_some());
+        assert_eq!(t.index.get(1), slot, "the busy thread kept its record");
+        // The index and the records agree after all the evictions.
+        for (i, th) in t.threads.iter().enumerate() {
+            assert_eq!(t.index.get(th.tid), Some(i as u32));
+        }
     }
 }
