@@ -304,3 +304,29 @@ fn the_shipped_example_config_is_valid() {
     assert_eq!(cfg.sinks, defaults.sinks);
     assert!(!cfg.targets.is_empty());
 }
+
+/// The examples under `config/examples` call their targets' α/β "placeholders equal to the
+/// defaults": they must stay equal to the engine's defaults when those change.
+#[test]
+fn example_configs_placeholders_equal_the_defaults() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/examples");
+    let defaults = faultline_engine::Params::default();
+    let mut checked = 0;
+    for name in ["jvm-service", "mariadb", "nginx"] {
+        let path = dir.join(format!("{name}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("equal to the defaults"), "{path:?}");
+        let cfg = load_from_str(Some(&text), ConfigFormat::Toml, no_env()).unwrap();
+        for t in &cfg.targets {
+            let p = cfg.params_for(&t.name).unwrap();
+            assert_eq!(
+                (p.alpha_seconds, p.beta_seconds),
+                (defaults.alpha_seconds, defaults.beta_seconds),
+                "{name}.toml, target {}: α/β placeholders must equal the defaults",
+                t.name
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked} targets checked");
+}
