@@ -294,3 +294,23 @@ fn pipeline_counters_and_engine_timings_are_exported() {
         Some(2.0)
     );
 }
+
+#[test]
+fn dropped_events_help_lists_every_reason() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    let text = exporter.encode().unwrap();
+    let help = text
+        .lines()
+        .find(|l| l.starts_with("# HELP faultline_events_dropped "))
+        .expect("HELP line of faultline_events_dropped");
+    for r in DropReason::ALL {
+        assert!(
+            help.contains(r.as_str()),
+            "{} missing from {help}",
+            r.as_str()
+        );
+    }
+    // Batches the engine failed to ingest (counted by the engine task).
+    assert!(help.contains("engine_error"), "{help}");
+}

@@ -465,7 +465,7 @@ impl Collector for SeriesCollector {
         counters(
             &mut enc,
             "faultline_events_dropped",
-            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped)",
+            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped, not_syscall, kernel_lost, engine_error)",
             sources.iter().flat_map(|s| {
                 DropReason::ALL.into_iter().map(move |r| {
                     (
