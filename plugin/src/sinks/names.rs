@@ -23,6 +23,8 @@ pub const REPORTS: &str = "faultline_reports";
 /// Counter.
 pub const SERIES_CAPPED: &str = "faultline_series_capped";
 /// Counter.
+pub const REPORT_STORE_CAPPED: &str = "faultline_report_store_capped";
+/// Counter.
 pub const EVENTS_RECEIVED: &str = "faultline_events_received";
 /// Counter.
 pub const EVENTS_DROPPED: &str = "faultline_events_dropped";

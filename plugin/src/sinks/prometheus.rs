@@ -26,6 +26,7 @@ use tokio::sync::mpsc::WeakSender;
 use super::names::{self, thread_states};
 use crate::config::PrometheusSinkConfig;
 use crate::model::EventBatch;
+use crate::pipeline::latest::LatestReports;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -72,6 +73,9 @@ struct Shared {
     state: Mutex<SeriesState>,
     /// The engine queue, observed without keeping it open (see [`PrometheusExporter::watch_queue`]).
     queue: Mutex<Option<WeakSender<EventBatch>>>,
+    /// The `/report` store, whose refused reports are exported (see
+    /// [`PrometheusExporter::watch_report_store`]).
+    report_store: Mutex<Option<Arc<LatestReports>>>,
     telemetry: Arc<Telemetry>,
     series_capped: Counter,
     max_targets: usize,
@@ -98,6 +102,16 @@ impl PrometheusExporter {
         *self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(queue);
     }
 
+    /// Exports how many reports the `/report` store refused because it was full
+    /// (`faultline_report_store_capped_total`).
+    pub fn watch_report_store(&self, store: Arc<LatestReports>) {
+        *self
+            .shared
+            .report_store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(store);
+    }
+
     /// The OpenMetrics text of every faultline metric (ends with `# EOF`).
     pub fn encode(&self) -> Result<String, fmt::Error> {
         let mut out = String::new();
@@ -121,6 +135,7 @@ pub fn new(
     let shared = Arc::new(Shared {
         state: Mutex::new(SeriesState::default()),
         queue: Mutex::new(None),
+        report_store: Mutex::new(None),
         telemetry,
         series_capped: Counter::default(),
         max_targets: cfg.max_targets.max(1),
@@ -453,6 +468,20 @@ impl Collector for SeriesCollector {
                 "faultline_queue_capacity_batches",
                 "Capacity of the engine queue (pipeline.queue_capacity)",
                 capacity as f64,
+            )?;
+        }
+        let store_capped = shared
+            .report_store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|s| s.capped());
+        if let Some(capped) = store_capped {
+            counter(
+                &mut enc,
+                names::REPORT_STORE_CAPPED,
+                "Reports GET /report does not show because analysis.max_targets targets already had one",
+                capped,
             )?;
         }
         let sources = shared.telemetry.sources();
