@@ -330,3 +330,100 @@ fn example_configs_placeholders_equal_the_defaults() {
     }
     assert!(checked >= 4, "{checked} targets checked");
 }
+
+#[test]
+fn otlp_request_size_limit_is_bounded() {
+    for bad in ["0", "1023", "268435457", "9223372036854775807"] {
+        let e = err_of(
+            &format!("[sources.otlp]\nmax_request_bytes = {bad}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with(
+                "sources.otlp.max_request_bytes: must be between 1024 (1 KiB) and 268435456 (256 MiB) bytes"
+            ),
+            "{bad}: {e}"
+        );
+    }
+    for good in [1024usize, 268_435_456] {
+        let cfg = load_from_str(
+            Some(&format!("[sources.otlp]\nmax_request_bytes = {good}\n")),
+            ConfigFormat::Toml,
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(cfg.sources.otlp.receiver.max_request_bytes, good);
+    }
+}
+
+#[test]
+fn otlp_sink_bounds_match_the_prometheus_sink() {
+    for (key, bad, msg) in [
+        ("max_targets", "0", "must be between 1 and 4096"),
+        ("max_targets", "4097", "must be between 1 and 4096"),
+        ("max_syscalls", "0", "must be between 1 and 100"),
+        ("max_syscalls", "101", "must be between 1 and 100"),
+        (
+            "interval_seconds",
+            "0",
+            "must be a positive whole number of seconds",
+        ),
+        (
+            "timeout_seconds",
+            "0",
+            "must be a positive whole number of seconds",
+        ),
+        (
+            "timeout_seconds",
+            "86401",
+            "must be a positive whole number of seconds",
+        ),
+    ] {
+        for section in ["sinks.otlp", "sinks.prometheus"] {
+            if section == "sinks.prometheus" && key.ends_with("_seconds") {
+                continue;
+            }
+            let e = err_of(&format!("[{section}]\n{key} = {bad}\n"), ConfigFormat::Toml);
+            assert!(
+                e.starts_with(&format!("{section}.{key}: {msg}")),
+                "{section}.{key} = {bad}: {e}"
+            );
+        }
+    }
+    let cfg = load_from_str(
+        Some("[sinks.otlp]\nmax_targets = 4096\nmax_syscalls = 100\ntimeout_seconds = 1\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.sinks.otlp.exporter.max_targets, 4096);
+}
+
+#[test]
+fn target_names_and_matchers_must_be_exactly_what_they_say() {
+    for name in [" db", "db ", "\tdb"] {
+        let e = err_of(
+            &format!("[[targets]]\nname = {name:?}\npids = [1]\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with("targets[0].name: must not start or end with whitespace")
+                && e.contains("did you mean \"db\""),
+            "{name:?}: {e}"
+        );
+    }
+    for (list, at) in [
+        ("process_names = [\"\"]", "process_names[0]"),
+        ("cgroups = [\"\"]", "cgroups[0]"),
+        ("service_names = [\"api\", \" \"]", "service_names[1]"),
+    ] {
+        let e = err_of(
+            &format!("[[targets]]\nname = \"db\"\n{list}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with(&format!("targets[0].{at}: must be a non-empty name")),
+            "{list}: {e}"
+        );
+    }
+}
