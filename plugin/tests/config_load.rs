@@ -427,3 +427,39 @@ fn target_names_and_matchers_must_be_exactly_what_they_say() {
         );
     }
 }
+
+/// What docs/configuration.md says about turning the OTLP listeners off: omitting a key
+/// keeps its default listener; `enabled = false` turns both off; only YAML (which has a
+/// null) turns off one.
+#[test]
+fn how_otlp_listeners_are_turned_off() {
+    let cfg = load_from_str(
+        Some("[sources.otlp]\nhttp = \"127.0.0.1:14318\"\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.sources.otlp.receiver.grpc.as_deref(),
+        Some("127.0.0.1:4317"),
+        "an omitted listener keeps its default"
+    );
+    let cfg = load_from_str(
+        Some("[sources.otlp]\nenabled = false\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert!(!cfg.sources.otlp.enabled);
+    let cfg = load_from_str(
+        Some("sources:\n  otlp:\n    grpc: null\n"),
+        ConfigFormat::Yaml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.sources.otlp.receiver.grpc, None);
+    assert_eq!(
+        cfg.sources.otlp.receiver.http.as_deref(),
+        Some("127.0.0.1:4318")
+    );
+}
