@@ -18,6 +18,8 @@ command -v apache2 >/dev/null 2>&1 || [ -x /usr/sbin/apache2 ] || need_apt+=(apa
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)
+# pip for the Python test dependencies below (stock Debian's python3 comes without it).
+python3 -m pip --version >/dev/null 2>&1 || need_apt+=(python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: installing Debian packages: ${need_apt[*]}"
   sudo_cmd=""
@@ -37,12 +39,34 @@ if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknow
   rustup target add wasm32-unknown-unknown
 fi
 
+# `pip install` into the python3 the tests run. A stock Debian 12 python3 refuses with
+# "externally-managed-environment" (PEP 668); the tests call that python3 directly, so a
+# virtualenv would not be seen: retry with --break-system-packages, which on Debian installs
+# into /usr/local/lib/python3.*/dist-packages (root) or ~/.local, never over apt's files in
+# /usr/lib/python3/dist-packages. pyenv/virtualenv pythons take the first attempt. Quiet:
+# pip's output is shown only when the install fails.
+pip_install() {
+  local log
+  log=$(mktemp)
+  if python3 -m pip install -q --disable-pip-version-check "$@" >"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  if grep -q "externally-managed-environment" "$log" &&
+    python3 -m pip install -q --disable-pip-version-check --break-system-packages "$@" >"$log" 2>&1; then
+    rm -f "$log"
+    return 0
+  fi
+  cat "$log" >&2
+  rm -f "$log"
+  return 1
+}
+
 # A real OpenTelemetry SDK for the OTLP end-to-end tests.
 if ! python3 -c "import opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http" >/dev/null 2>&1; then
   echo "setup: installing the OpenTelemetry Python SDK"
-  python3 -m pip install -q --disable-pip-version-check \
-    opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
+  pip_install opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http
 fi
 
 # PyYAML for the static checks of the agent configs (Vector, Collector, Grafana provisioning).
-python3 -c "import yaml" >/dev/null 2>&1 || python3 -m pip install -q --disable-pip-version-check pyyaml
+python3 -c "import yaml" >/dev/null 2>&1 || pip_install pyyaml

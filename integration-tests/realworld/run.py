@@ -12,7 +12,7 @@ injects the fault, then diagnoses the trace offline and prints the accuracy tabl
   run.py --apps postgres --faults control,cpu_cap
   run.py --evaluate-only DIR  re-diagnose recorded cases (e.g. after an engine change)
 
-Needs root, perf, and the packages of scripts/realworld-setup.sh.
+Needs root, perf, and the packages scripts/setup.sh installs.
 """
 import argparse
 import datetime

@@ -304,3 +304,162 @@ fn the_shipped_example_config_is_valid() {
     assert_eq!(cfg.sinks, defaults.sinks);
     assert!(!cfg.targets.is_empty());
 }
+
+/// The examples under `config/examples` call their targets' α/β "placeholders equal to the
+/// defaults": they must stay equal to the engine's defaults when those change.
+#[test]
+fn example_configs_placeholders_equal_the_defaults() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../config/examples");
+    let defaults = faultline_engine::Params::default();
+    let mut checked = 0;
+    for name in ["jvm-service", "mariadb", "nginx"] {
+        let path = dir.join(format!("{name}.toml"));
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("equal to the defaults"), "{path:?}");
+        let cfg = load_from_str(Some(&text), ConfigFormat::Toml, no_env()).unwrap();
+        for t in &cfg.targets {
+            let p = cfg.params_for(&t.name).unwrap();
+            assert_eq!(
+                (p.alpha_seconds, p.beta_seconds),
+                (defaults.alpha_seconds, defaults.beta_seconds),
+                "{name}.toml, target {}: α/β placeholders must equal the defaults",
+                t.name
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked >= 4, "{checked} targets checked");
+}
+
+#[test]
+fn otlp_request_size_limit_is_bounded() {
+    for bad in ["0", "1023", "268435457", "9223372036854775807"] {
+        let e = err_of(
+            &format!("[sources.otlp]\nmax_request_bytes = {bad}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with(
+                "sources.otlp.max_request_bytes: must be between 1024 (1 KiB) and 268435456 (256 MiB) bytes"
+            ),
+            "{bad}: {e}"
+        );
+    }
+    for good in [1024usize, 268_435_456] {
+        let cfg = load_from_str(
+            Some(&format!("[sources.otlp]\nmax_request_bytes = {good}\n")),
+            ConfigFormat::Toml,
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(cfg.sources.otlp.receiver.max_request_bytes, good);
+    }
+}
+
+#[test]
+fn otlp_sink_bounds_match_the_prometheus_sink() {
+    for (key, bad, msg) in [
+        ("max_targets", "0", "must be between 1 and 4096"),
+        ("max_targets", "4097", "must be between 1 and 4096"),
+        ("max_syscalls", "0", "must be between 1 and 100"),
+        ("max_syscalls", "101", "must be between 1 and 100"),
+        (
+            "interval_seconds",
+            "0",
+            "must be a positive whole number of seconds",
+        ),
+        (
+            "timeout_seconds",
+            "0",
+            "must be a positive whole number of seconds",
+        ),
+        (
+            "timeout_seconds",
+            "86401",
+            "must be a positive whole number of seconds",
+        ),
+    ] {
+        for section in ["sinks.otlp", "sinks.prometheus"] {
+            if section == "sinks.prometheus" && key.ends_with("_seconds") {
+                continue;
+            }
+            let e = err_of(&format!("[{section}]\n{key} = {bad}\n"), ConfigFormat::Toml);
+            assert!(
+                e.starts_with(&format!("{section}.{key}: {msg}")),
+                "{section}.{key} = {bad}: {e}"
+            );
+        }
+    }
+    let cfg = load_from_str(
+        Some("[sinks.otlp]\nmax_targets = 4096\nmax_syscalls = 100\ntimeout_seconds = 1\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.sinks.otlp.exporter.max_targets, 4096);
+}
+
+#[test]
+fn target_names_and_matchers_must_be_exactly_what_they_say() {
+    for name in [" db", "db ", "\tdb"] {
+        let e = err_of(
+            &format!("[[targets]]\nname = {name:?}\npids = [1]\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with("targets[0].name: must not start or end with whitespace")
+                && e.contains("did you mean \"db\""),
+            "{name:?}: {e}"
+        );
+    }
+    for (list, at) in [
+        ("process_names = [\"\"]", "process_names[0]"),
+        ("cgroups = [\"\"]", "cgroups[0]"),
+        ("service_names = [\"api\", \" \"]", "service_names[1]"),
+    ] {
+        let e = err_of(
+            &format!("[[targets]]\nname = \"db\"\n{list}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with(&format!("targets[0].{at}: must be a non-empty name")),
+            "{list}: {e}"
+        );
+    }
+}
+
+/// What docs/configuration.md says about turning the OTLP listeners off: omitting a key
+/// keeps its default listener; `enabled = false` turns both off; only YAML (which has a
+/// null) turns off one.
+#[test]
+fn how_otlp_listeners_are_turned_off() {
+    let cfg = load_from_str(
+        Some("[sources.otlp]\nhttp = \"127.0.0.1:14318\"\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(
+        cfg.sources.otlp.receiver.grpc.as_deref(),
+        Some("127.0.0.1:4317"),
+        "an omitted listener keeps its default"
+    );
+    let cfg = load_from_str(
+        Some("[sources.otlp]\nenabled = false\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert!(!cfg.sources.otlp.enabled);
+    let cfg = load_from_str(
+        Some("sources:\n  otlp:\n    grpc: null\n"),
+        ConfigFormat::Yaml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.sources.otlp.receiver.grpc, None);
+    assert_eq!(
+        cfg.sources.otlp.receiver.http.as_deref(),
+        Some("127.0.0.1:4318")
+    );
+}

@@ -194,14 +194,33 @@ fn dashboard_is_well_formed() {
         assert!(!targets.is_empty(), "{title}: no query");
         for t in &targets {
             assert_eq!(t["datasource"]["uid"], "${datasource}", "{title}");
+            let expr = t["expr"].as_str().unwrap_or_default();
+            assert!(expr.contains("faultline"), "{title}: {t}");
+            // The `$instance` picker applies to every panel, and sums never merge the
+            // same target of different faultline instances.
             assert!(
-                t["expr"].as_str().is_some_and(|e| e.contains("faultline")),
-                "{title}: {t}"
+                expr.contains(r#"instance=~"$instance""#),
+                "{title}: ignores $instance: {expr}"
             );
+            for (i, _) in expr.match_indices(" by (") {
+                let grouping = &expr[i..expr[i..].find(')').map_or(expr.len(), |j| i + j)];
+                assert!(
+                    grouping.contains("instance"),
+                    "{title}: groups without instance: {expr}"
+                );
+            }
             exprs += 1;
         }
     }
     assert!(exprs >= 15, "only {exprs} queries");
+    for a in dash["annotations"]["list"].as_array().into_iter().flatten() {
+        if let Some(expr) = a["expr"].as_str() {
+            assert!(
+                expr.contains(r#"instance=~"$instance""#),
+                "annotation ignores $instance: {expr}"
+            );
+        }
+    }
 
     // The paper's thresholds are drawn on the impact factor panel: Δ = 0.8, δ = 0.9.
     let tau = panels(&dash)

@@ -259,10 +259,69 @@ async fn push_and_check(protocol: OtlpProtocol) {
         last_point(
             &captured,
             "faultline_threads",
-            &[("target", "db"), ("kind", "directly_affected")]
+            &[("target", "db"), ("state", "directly_affected")]
         ),
         Some(5.0)
     );
+    // The same names and labels as the Prometheus sink (docs/metrics.md), which the alert
+    // rules and the dashboard read.
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_threads",
+            &[("target", "db"), ("state", "total")]
+        ),
+        Some(8.0)
+    );
+    let before_publish = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64()
+        - 120.0;
+    let last = last_point(&captured, "faultline_last_report_timestamp_seconds", &db)
+        .expect("faultline_last_report_timestamp_seconds pushed");
+    assert!(last > before_publish, "{last} is not a recent Unix time");
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_subsystem",
+            &[("target", "db"), ("subsystem", "locking")]
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_subsystem",
+            &[("target", "db"), ("subsystem", "disk_io")]
+        ),
+        Some(0.0)
+    );
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_diagnosis_info",
+            &[
+                ("target", "db"),
+                ("verdict", "internal"),
+                ("subsystem", "locking"),
+                ("hint", "internal fault")
+            ]
+        ),
+        Some(1.0)
+    );
+    let onset = last_point(&captured, "faultline_anomaly_onset_timestamp_seconds", &db)
+        .expect("faultline_anomaly_onset_timestamp_seconds pushed");
+    assert!((onset - 1.5e-6).abs() < 1e-15, "{onset}");
+    assert_eq!(
+        last_point(
+            &captured,
+            "faultline_reports",
+            &[("target", "db"), ("trigger", "cadence")]
+        ),
+        Some(3.0)
+    );
+    assert_eq!(last_point(&captured, "faultline_targets", &[]), Some(2.0));
     assert_eq!(
         last_point(
             &captured,
@@ -296,7 +355,6 @@ async fn push_and_check(protocol: OtlpProtocol) {
         ),
         Some(0.002)
     );
-    assert_eq!(last_point(&captured, "faultline_reports", &db), Some(3.0));
     assert_eq!(
         last_point(
             &captured,

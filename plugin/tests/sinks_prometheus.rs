@@ -294,3 +294,54 @@ fn pipeline_counters_and_engine_timings_are_exported() {
         Some(2.0)
     );
 }
+
+#[test]
+fn dropped_events_help_lists_every_reason() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    let text = exporter.encode().unwrap();
+    let help = text
+        .lines()
+        .find(|l| l.starts_with("# HELP faultline_events_dropped "))
+        .expect("HELP line of faultline_events_dropped");
+    for r in DropReason::ALL {
+        assert!(
+            help.contains(r.as_str()),
+            "{} missing from {help}",
+            r.as_str()
+        );
+    }
+    // Batches the engine failed to ingest (counted by the engine task).
+    assert!(help.contains("engine_error"), "{help}");
+}
+
+#[test]
+fn reports_the_report_store_refused_are_exported() {
+    use faultline::pipeline::latest::LatestReports;
+    use faultline::sinks::http::{router, HttpState};
+
+    let telemetry = Arc::new(Telemetry::default());
+    let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    let latest = Arc::new(LatestReports::new(1));
+    let (commands, _rx) = tokio::sync::mpsc::channel(1);
+    let _routes = router(HttpState {
+        exporter: exporter.clone(),
+        latest: latest.clone(),
+        commands,
+        engine_alive: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    });
+    let text = exporter.encode().unwrap();
+    assert_eq!(
+        sample(&text, "faultline_report_store_capped_total"),
+        Some(0.0)
+    );
+    latest.insert(&report("db", Verdict::External, &[("read", 1.0)]));
+    latest.insert(&report("web", Verdict::None, &[]));
+    latest.insert(&report("api", Verdict::None, &[]));
+    assert_eq!(latest.capped(), 2);
+    let text = exporter.encode().unwrap();
+    assert_eq!(
+        sample(&text, "faultline_report_store_capped_total"),
+        Some(2.0)
+    );
+}

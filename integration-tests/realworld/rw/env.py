@@ -233,7 +233,7 @@ def require(*tools):
     """Fails early, naming the missing tool and the package that provides it."""
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        raise RuntimeError(f"missing tools: {', '.join(missing)} (run scripts/realworld-setup.sh)")
+        raise RuntimeError(f"missing tools: {', '.join(missing)} (run scripts/setup.sh)")
 
 
 def wait_port(host, port, timeout=60.0, netns=None):

@@ -6,6 +6,14 @@ use std::net::SocketAddr;
 
 use super::{Config, ConfigError};
 
+/// Bounds of `sources.otlp.max_request_bytes`: below 1 KiB no real OTLP request fits, above
+/// 256 MiB (times 16 requests in flight per listener) the bound no longer bounds memory.
+pub const MIN_REQUEST_BYTES: usize = 1024;
+pub const MAX_REQUEST_BYTES: usize = 256 * 1024 * 1024;
+/// Per-target series bounds shared by the Prometheus and OTLP sinks.
+const MAX_SINK_TARGETS: usize = 4096;
+const MAX_SINK_SYSCALLS: usize = 100;
+
 /// Validates `cfg`, returning the first problem with its key path.
 pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     cfg.engine
@@ -31,6 +39,17 @@ fn targets(cfg: &Config) -> Result<(), ConfigError> {
                 "must be a non-empty name",
             ));
         }
+        // The name is looked up as written (per-target parameters, `/trigger?target=`):
+        // a stray space would make it a different name from the one in metrics.
+        if name != t.name {
+            return Err(ConfigError::invalid(
+                format!("targets[{i}].name"),
+                format!(
+                    "must not start or end with whitespace, got {:?} (did you mean {name:?}?)",
+                    t.name
+                ),
+            ));
+        }
         if name.len() > 128 || name.chars().any(char::is_control) {
             return Err(ConfigError::invalid(
                 format!("targets[{i}].name"),
@@ -48,6 +67,18 @@ fn targets(cfg: &Config) -> Result<(), ConfigError> {
                 format!("targets[{i}]"),
                 "needs at least one of process_names, pids, cgroups, service_names",
             ));
+        }
+        for (list, values) in [
+            ("process_names", &t.process_names),
+            ("cgroups", &t.cgroups),
+            ("service_names", &t.service_names),
+        ] {
+            if let Some(j) = values.iter().position(|v| v.trim().is_empty()) {
+                return Err(ConfigError::invalid(
+                    format!("targets[{i}].{list}[{j}]"),
+                    "must be a non-empty name (an empty entry matches no process)",
+                ));
+            }
         }
         t.effective_params(&cfg.analysis, i)?;
     }
@@ -109,6 +140,15 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
     let perf_targets = usize::from(!s.perf.pids.is_empty())
         + usize::from(s.perf.cgroup.is_some())
         + usize::from(!s.perf.command.is_empty());
+    let max = s.otlp.receiver.max_request_bytes;
+    if !(MIN_REQUEST_BYTES..=MAX_REQUEST_BYTES).contains(&max) {
+        return Err(ConfigError::invalid(
+            "sources.otlp.max_request_bytes",
+            format!(
+                "must be between {MIN_REQUEST_BYTES} (1 KiB) and {MAX_REQUEST_BYTES} (256 MiB) bytes, got {max}"
+            ),
+        ));
+    }
     if s.perf.enabled && perf_targets != 1 {
         return Err(ConfigError::invalid(
             "sources.perf",
@@ -139,29 +179,35 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
 fn sinks(cfg: &Config) -> Result<(), ConfigError> {
     let p = &cfg.sinks.prometheus;
     address("sinks.prometheus.listen", &p.listen)?;
-    if p.max_targets == 0 || p.max_targets > 4096 {
-        return Err(ConfigError::invalid(
-            "sinks.prometheus.max_targets",
-            format!("must be between 1 and 4096, got {}", p.max_targets),
-        ));
-    }
-    if p.max_syscalls == 0 || p.max_syscalls > 100 {
-        return Err(ConfigError::invalid(
-            "sinks.prometheus.max_syscalls",
-            format!("must be between 1 and 100, got {}", p.max_syscalls),
-        ));
-    }
+    series_caps("sinks.prometheus", p.max_targets, p.max_syscalls)?;
     let o = &cfg.sinks.otlp.exporter;
-    if o.max_targets == 0 || o.max_syscalls == 0 {
+    series_caps("sinks.otlp", o.max_targets, o.max_syscalls)?;
+    for (key, v) in [
+        ("sinks.otlp.interval_seconds", o.interval_seconds),
+        ("sinks.otlp.timeout_seconds", o.timeout_seconds),
+    ] {
+        if v == 0 || v > 86_400 {
+            return Err(ConfigError::invalid(
+                key,
+                format!("must be a positive whole number of seconds (at most 86400), got {v}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `max_targets` and `max_syscalls` of a metrics sink.
+fn series_caps(section: &str, max_targets: usize, max_syscalls: usize) -> Result<(), ConfigError> {
+    if max_targets == 0 || max_targets > MAX_SINK_TARGETS {
         return Err(ConfigError::invalid(
-            "sinks.otlp",
-            "max_targets and max_syscalls must be positive",
+            format!("{section}.max_targets"),
+            format!("must be between 1 and {MAX_SINK_TARGETS}, got {max_targets}"),
         ));
     }
-    if o.interval_seconds == 0 {
+    if max_syscalls == 0 || max_syscalls > MAX_SINK_SYSCALLS {
         return Err(ConfigError::invalid(
-            "sinks.otlp.interval_seconds",
-            "must be a positive number of seconds",
+            format!("{section}.max_syscalls"),
+            format!("must be between 1 and {MAX_SINK_SYSCALLS}, got {max_syscalls}"),
         ));
     }
     Ok(())

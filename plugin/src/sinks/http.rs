@@ -35,8 +35,9 @@ pub struct HttpState {
     pub engine_alive: Arc<AtomicBool>,
 }
 
-/// The routes.
+/// The routes. `/metrics` also exports the `/report` store's refused reports.
 pub fn router(state: HttpState) -> Router {
+    state.exporter.watch_report_store(state.latest.clone());
     Router::new()
         .route("/metrics", get(metrics))
         .route("/report", get(report))

@@ -2,5 +2,6 @@
 
 pub mod http;
 pub mod jsonl;
+pub mod names;
 pub mod otlp;
 pub mod prometheus;

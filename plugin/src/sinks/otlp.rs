@@ -6,15 +6,16 @@
 //! Metrics are observable instruments read at export time from the latest report per
 //! target (bounded by `max_targets`/`max_syscalls`, cuts counted) and from [`Telemetry`],
 //! so publishing a report only swaps in-memory state; the SDK's own background workers do
-//! the network I/O. Metric names match the Prometheus sink's (docs/metrics.md), without
-//! the `_total` suffix Prometheus adds to counters.
+//! the network I/O. Metric names and labels are the Prometheus sink's (the shared
+//! [`super::names`], docs/metrics.md), without the `_total` suffix Prometheus adds to
+//! counters.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use faultline_engine::report::ThreadCounts;
-use faultline_engine::{Report, Verdict};
+use faultline_engine::report::{ThreadCounts, Trigger};
+use faultline_engine::{Report, Subsystem, Verdict};
 use opentelemetry::logs::{AnyValue, LogRecord, Logger, LoggerProvider, Severity};
 use opentelemetry::metrics::{Meter, MeterProvider};
 use opentelemetry::KeyValue;
@@ -25,8 +26,16 @@ use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 
+use super::names::{self, thread_states};
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
+
+/// `trigger` label values of [`names::REPORTS`], as the Prometheus sink writes them.
+const TRIGGERS: [(Trigger, &str); 3] = [
+    (Trigger::Cadence, "cadence"),
+    (Trigger::OnDemand, "on_demand"),
+    (Trigger::EndOfStream, "end_of_stream"),
+];
 
 /// Wire protocol towards the collector.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,13 +109,20 @@ struct TargetSnapshot {
     impact_factor: f64,
     impact_factor_filtered: Option<f64>,
     onset_dispersion_seconds: f64,
+    anomaly_onset_seconds: Option<f64>,
+    /// Unix time (wall clock) at which the report was published to this sink.
+    last_report_unix_seconds: f64,
     verdict: Verdict,
+    subsystem: Subsystem,
+    /// The report's hint cut to [`names::MAX_HINT_CHARS`] (a label value).
+    hint: String,
     threads: ThreadCounts,
     /// (dimension, rank, syscall, increase ratio).
     ranked: Vec<(&'static str, String, String, f64)>,
     /// (syscall, calls per second, mean latency seconds).
     syscalls: Vec<(String, f64, f64)>,
-    reports: u64,
+    /// Reports so far, per [`TRIGGERS`] entry.
+    reports_by_trigger: [u64; 3],
 }
 
 #[derive(Debug, Default)]
@@ -242,7 +258,13 @@ impl OtlpSink {
                 return;
             }
             let previous = st.targets.get(&report.target).map(|t| t.verdict);
-            let reports = st.targets.get(&report.target).map_or(0, |t| t.reports) + 1;
+            let mut reports = st
+                .targets
+                .get(&report.target)
+                .map_or([0; 3], |t| t.reports_by_trigger);
+            if let Some(i) = TRIGGERS.iter().position(|(t, _)| *t == report.trigger) {
+                reports[i] += 1;
+            }
             let snapshot = snapshot(report, self.cfg.max_syscalls, reports);
             st.targets.insert(report.target.clone(), snapshot);
             let changed = report.verdict != Verdict::None && previous != Some(report.verdict);
@@ -376,7 +398,7 @@ impl ReportSink for OtlpSink {
     // network flush would stall the engine thread; `shutdown` flushes.
 }
 
-fn snapshot(report: &Report, max_syscalls: usize, reports: u64) -> TargetSnapshot {
+fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSnapshot {
     let mut ranked = Vec::new();
     for (dim, list) in [
         ("time", &report.top_syscalls_by_time),
@@ -395,7 +417,13 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: u64) -> TargetSnapsho
         impact_factor: report.impact_factor,
         impact_factor_filtered: report.impact_factor_filtered,
         onset_dispersion_seconds: report.onset_dispersion_seconds,
+        anomaly_onset_seconds: report.anomaly_onset_ns.map(|ns| ns as f64 / 1e9),
+        last_report_unix_seconds: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
         verdict: report.verdict,
+        subsystem: report.subsystem,
+        hint: names::hint_label(&report.hint),
         threads: report.threads,
         ranked,
         syscalls: report
@@ -410,7 +438,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: u64) -> TargetSnapsho
                 )
             })
             .collect(),
-        reports,
+        reports_by_trigger: reports,
     }
 }
 
@@ -441,17 +469,30 @@ fn target_gauge<F>(
 }
 
 fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry: &Arc<Telemetry>) {
+    meter
+        .f64_observable_gauge(names::BUILD_INFO)
+        .with_description("Constant 1, labelled with the running version")
+        .with_callback(|obs| {
+            obs.observe(1.0, &[KeyValue::new("version", env!("CARGO_PKG_VERSION"))]);
+        })
+        .build();
+    let st = state.clone();
+    meter
+        .f64_observable_gauge(names::TARGETS)
+        .with_description("Targets with exported series")
+        .with_callback(move |obs| obs.observe(lock(&st).targets.len() as f64, &[]))
+        .build();
     target_gauge(
         meter,
         state,
-        "faultline_impact_factor_ratio",
+        names::IMPACT_FACTOR,
         "PerfCompass impact factor τ of the last report",
         |s| vec![(vec![], s.impact_factor)],
     );
     target_gauge(
         meter,
         state,
-        "faultline_impact_factor_filtered_ratio",
+        names::IMPACT_FACTOR_FILTERED,
         "τ on I/O syscalls only, when filtering mode ran",
         |s| {
             s.impact_factor_filtered
@@ -463,14 +504,33 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
     target_gauge(
         meter,
         state,
-        "faultline_onset_dispersion_seconds",
+        names::ONSET_DISPERSION,
         "Onset dispersion Ω of the last report",
         |s| vec![(vec![], s.onset_dispersion_seconds)],
     );
     target_gauge(
         meter,
         state,
-        "faultline_verdict",
+        names::ANOMALY_ONSET,
+        "Estimated anomaly start, in the trace clock (Unix time for OTLP sources)",
+        |s| {
+            s.anomaly_onset_seconds
+                .map(|t| (vec![], t))
+                .into_iter()
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::LAST_REPORT,
+        "Unix time at which the target's last report was received from the engine",
+        |s| vec![(vec![], s.last_report_unix_seconds)],
+    );
+    target_gauge(
+        meter,
+        state,
+        names::VERDICT,
         "State set: 1 for the target's current verdict (external, internal, none), 0 otherwise",
         |s| {
             Verdict::ALL
@@ -487,23 +547,52 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
     target_gauge(
         meter,
         state,
-        "faultline_threads",
-        "Threads in the last report's window: total, affected, directly_affected",
+        names::SUBSYSTEM,
+        "State set: 1 for the kernel subsystem the last report's ranking points at",
         |s| {
-            [
-                ("total", s.threads.total),
-                ("affected", s.threads.affected),
-                ("directly_affected", s.threads.directly_affected),
-            ]
-            .into_iter()
-            .map(|(k, v)| (vec![KeyValue::new("kind", k)], v as f64))
-            .collect()
+            Subsystem::ALL
+                .iter()
+                .map(|v| {
+                    (
+                        vec![KeyValue::new("subsystem", v.as_str())],
+                        f64::from(u8::from(*v == s.subsystem)),
+                    )
+                })
+                .collect()
         },
     );
     target_gauge(
         meter,
         state,
-        "faultline_affected_syscall_increase_ratio",
+        names::DIAGNOSIS_INFO,
+        "Constant 1 per target, labelled with the last report's verdict, subsystem and hint",
+        |s| {
+            vec![(
+                vec![
+                    KeyValue::new("verdict", s.verdict.as_str()),
+                    KeyValue::new("subsystem", s.subsystem.as_str()),
+                    KeyValue::new("hint", s.hint.clone()),
+                ],
+                1.0,
+            )]
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::THREADS,
+        "Threads in the last report's window: total, affected, directly_affected",
+        |s| {
+            thread_states(&s.threads)
+                .into_iter()
+                .map(|(k, v)| (vec![KeyValue::new(names::THREAD_STATE_LABEL, k)], v as f64))
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::AFFECTED_SYSCALL_INCREASE,
         "Top-N affected syscalls: relative increase over baseline by time or frequency",
         |s| {
             s.ranked
@@ -524,7 +613,7 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
     target_gauge(
         meter,
         state,
-        "faultline_syscall_mean_latency_seconds",
+        names::SYSCALL_MEAN_LATENCY,
         "Mean execution time of the target's busiest syscalls in the last window",
         |s| {
             s.syscalls
@@ -536,7 +625,7 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
     target_gauge(
         meter,
         state,
-        "faultline_syscall_calls_per_second",
+        names::SYSCALL_CALLS_PER_SECOND,
         "Call rate of the target's busiest syscalls in the last window",
         |s| {
             s.syscalls
@@ -548,24 +637,32 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
 
     let st = state.clone();
     meter
-        .u64_observable_counter("faultline_reports")
-        .with_description("Reports published per target")
+        .u64_observable_counter(names::REPORTS)
+        .with_description("Reports received from the engine, by what triggered them")
         .with_callback(move |obs| {
             for (target, snap) in &lock(&st).targets {
-                obs.observe(snap.reports, &[KeyValue::new("target", target.clone())]);
+                for ((_, trigger), n) in TRIGGERS.iter().zip(snap.reports_by_trigger) {
+                    obs.observe(
+                        n,
+                        &[
+                            KeyValue::new("target", target.clone()),
+                            KeyValue::new("trigger", *trigger),
+                        ],
+                    );
+                }
             }
         })
         .build();
     let st = state.clone();
     meter
-        .u64_observable_counter("faultline_series_capped")
+        .u64_observable_counter(names::SERIES_CAPPED)
         .with_description("Reports not exported because max_targets was reached")
         .with_callback(move |obs| obs.observe(lock(&st).capped, &[KeyValue::new("sink", "otlp")]))
         .build();
 
     let t = telemetry.clone();
     meter
-        .u64_observable_counter("faultline_events_received")
+        .u64_observable_counter(names::EVENTS_RECEIVED)
         .with_description("Syscall events decoded, by source")
         .with_callback(move |obs| {
             for s in t.sources() {
@@ -575,7 +672,7 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter("faultline_decode_errors")
+        .u64_observable_counter(names::DECODE_ERRORS)
         .with_description("Records or requests that could not be decoded, by source")
         .with_callback(move |obs| {
             for s in t.sources() {
@@ -585,7 +682,7 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter("faultline_events_dropped")
+        .u64_observable_counter(names::EVENTS_DROPPED)
         .with_description("Events not analysed, by source and reason")
         .with_callback(move |obs| {
             for s in t.sources() {
@@ -603,13 +700,13 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter("faultline_guest_restarts")
+        .u64_observable_counter(names::GUEST_RESTARTS)
         .with_description("Times the WASM engine guest was restarted after a trap")
         .with_callback(move |obs| obs.observe(t.guest_restarts(), &[]))
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter("faultline_guest_traps")
+        .u64_observable_counter(names::GUEST_TRAPS)
         .with_description("Traps raised by the WASM engine guest")
         .with_callback(move |obs| obs.observe(t.guest_traps(), &[]))
         .build();

@@ -23,8 +23,10 @@ use prometheus_client::registry::Registry;
 
 use tokio::sync::mpsc::WeakSender;
 
+use super::names::{self, thread_states};
 use crate::config::PrometheusSinkConfig;
 use crate::model::EventBatch;
+use crate::pipeline::latest::LatestReports;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -32,7 +34,7 @@ use crate::pipeline::telemetry::{DropReason, Telemetry};
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Longest hint exported as a label; the full text is in `/report`.
-pub const MAX_HINT_CHARS: usize = 256;
+pub use super::names::MAX_HINT_CHARS;
 
 const TRIGGERS: [(Trigger, &str); 3] = [
     (Trigger::Cadence, "cadence"),
@@ -71,6 +73,9 @@ struct Shared {
     state: Mutex<SeriesState>,
     /// The engine queue, observed without keeping it open (see [`PrometheusExporter::watch_queue`]).
     queue: Mutex<Option<WeakSender<EventBatch>>>,
+    /// The `/report` store, whose refused reports are exported (see
+    /// [`PrometheusExporter::watch_report_store`]).
+    report_store: Mutex<Option<Arc<LatestReports>>>,
     telemetry: Arc<Telemetry>,
     series_capped: Counter,
     max_targets: usize,
@@ -97,6 +102,16 @@ impl PrometheusExporter {
         *self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()) = Some(queue);
     }
 
+    /// Exports how many reports the `/report` store refused because it was full
+    /// (`faultline_report_store_capped_total`).
+    pub fn watch_report_store(&self, store: Arc<LatestReports>) {
+        *self
+            .shared
+            .report_store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(store);
+    }
+
     /// The OpenMetrics text of every faultline metric (ends with `# EOF`).
     pub fn encode(&self) -> Result<String, fmt::Error> {
         let mut out = String::new();
@@ -120,6 +135,7 @@ pub fn new(
     let shared = Arc::new(Shared {
         state: Mutex::new(SeriesState::default()),
         queue: Mutex::new(None),
+        report_store: Mutex::new(None),
         telemetry,
         series_capped: Counter::default(),
         max_targets: cfg.max_targets.max(1),
@@ -134,7 +150,7 @@ pub fn new(
         analysis_duration.clone(),
     );
     registry.register(
-        "faultline_series_capped",
+        names::SERIES_CAPPED,
         "Series or reports not exported because a cap (targets, syscalls per target) was reached",
         shared.series_capped.clone(),
     );
@@ -181,7 +197,7 @@ impl PrometheusSink {
             onset_dispersion_seconds: r.onset_dispersion_seconds,
             verdict: r.verdict,
             subsystem: r.subsystem,
-            hint: r.hint.chars().take(MAX_HINT_CHARS).collect(),
+            hint: names::hint_label(&r.hint),
             threads: r.threads,
             ranked,
             syscalls: r.syscalls.iter().take(cap).cloned().collect(),
@@ -279,49 +295,49 @@ impl Collector for SeriesCollector {
         };
         gauges(
             &mut enc,
-            "faultline_build_info",
+            names::BUILD_INFO,
             "Constant 1, labelled with the running version",
             [(vec![("version", env!("CARGO_PKG_VERSION"))], 1.0)],
         )?;
         gauge(
             &mut enc,
-            "faultline_targets",
+            names::TARGETS,
             "Targets with exported series",
             t.len() as f64,
         )?;
         gauges(
             &mut enc,
-            "faultline_impact_factor_ratio",
+            names::IMPACT_FACTOR,
             "PerfCompass impact factor τ: directly affected threads / active threads in the last report",
             per(|s| Some(s.impact_factor)),
         )?;
         gauges(
             &mut enc,
-            "faultline_impact_factor_filtered_ratio",
+            names::IMPACT_FACTOR_FILTERED,
             "τ recomputed on I/O syscalls only (present when filtering mode ran)",
             per(|s| s.impact_factor_filtered),
         )?;
         gauges(
             &mut enc,
-            "faultline_onset_dispersion_seconds",
+            names::ONSET_DISPERSION,
             "Onset dispersion Ω: standard deviation of fault onset times over affected threads",
             per(|s| Some(s.onset_dispersion_seconds)),
         )?;
         gauges(
             &mut enc,
-            "faultline_anomaly_onset_timestamp_seconds",
+            names::ANOMALY_ONSET,
             "Estimated anomaly start, in the trace clock (Unix time for OTLP sources)",
             per(|s| s.anomaly_onset_seconds),
         )?;
         gauges(
             &mut enc,
-            "faultline_last_report_timestamp_seconds",
+            names::LAST_REPORT,
             "Unix time at which the target's last report was received from the engine",
             per(|s| Some(s.last_report_unix_seconds)),
         )?;
         gauges(
             &mut enc,
-            "faultline_verdict",
+            names::VERDICT,
             "State set: 1 for the target's current verdict (external, internal, none), 0 otherwise",
             t.iter().flat_map(|(n, s)| {
                 Verdict::ALL.into_iter().map(move |v| {
@@ -334,7 +350,7 @@ impl Collector for SeriesCollector {
         )?;
         gauges(
             &mut enc,
-            "faultline_subsystem",
+            names::SUBSYSTEM,
             "State set: 1 for the kernel subsystem the last report's ranking points at",
             t.iter().flat_map(|(n, s)| {
                 Subsystem::ALL.into_iter().map(move |v| {
@@ -347,7 +363,7 @@ impl Collector for SeriesCollector {
         )?;
         gauges(
             &mut enc,
-            "faultline_diagnosis_info",
+            names::DIAGNOSIS_INFO,
             "Constant 1 per target, labelled with the last report's verdict, subsystem and hint",
             t.iter().map(|(n, s)| {
                 (
@@ -363,21 +379,22 @@ impl Collector for SeriesCollector {
         )?;
         gauges(
             &mut enc,
-            "faultline_threads",
+            names::THREADS,
             "Threads in the last report's window: total, affected, directly_affected",
             t.iter().flat_map(|(n, s)| {
-                [
-                    ("total", s.threads.total),
-                    ("affected", s.threads.affected),
-                    ("directly_affected", s.threads.directly_affected),
-                ]
-                .into_iter()
-                .map(move |(state, v)| (vec![("target", n.as_str()), ("state", state)], v as f64))
+                thread_states(&s.threads)
+                    .into_iter()
+                    .map(move |(state, v)| {
+                        (
+                            vec![("target", n.as_str()), (names::THREAD_STATE_LABEL, state)],
+                            v as f64,
+                        )
+                    })
             }),
         )?;
         gauges(
             &mut enc,
-            "faultline_affected_syscall_increase_ratio",
+            names::AFFECTED_SYSCALL_INCREASE,
             "Top-N affected syscalls: relative increase over baseline (0.5 = +50%) by time or frequency",
             t.iter().flat_map(|(n, s)| {
                 s.ranked.iter().map(move |(dim, rank, sc, v)| {
@@ -395,7 +412,7 @@ impl Collector for SeriesCollector {
         )?;
         gauges(
             &mut enc,
-            "faultline_syscall_mean_latency_seconds",
+            names::SYSCALL_MEAN_LATENCY,
             "Mean execution time of the target's busiest syscalls in the last report's window",
             t.iter().flat_map(|(n, s)| {
                 s.syscalls.iter().map(move |a| {
@@ -408,7 +425,7 @@ impl Collector for SeriesCollector {
         )?;
         gauges(
             &mut enc,
-            "faultline_syscall_calls_per_second",
+            names::SYSCALL_CALLS_PER_SECOND,
             "Call rate of the target's busiest syscalls over the last report's window",
             t.iter().flat_map(|(n, s)| {
                 s.syscalls.iter().map(move |a| {
@@ -421,7 +438,7 @@ impl Collector for SeriesCollector {
         )?;
         counters(
             &mut enc,
-            "faultline_reports",
+            names::REPORTS,
             "Reports received from the engine, by what triggered them",
             t.iter().flat_map(|(n, s)| {
                 TRIGGERS
@@ -453,10 +470,24 @@ impl Collector for SeriesCollector {
                 capacity as f64,
             )?;
         }
+        let store_capped = shared
+            .report_store
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|s| s.capped());
+        if let Some(capped) = store_capped {
+            counter(
+                &mut enc,
+                names::REPORT_STORE_CAPPED,
+                "Reports GET /report does not show because analysis.max_targets targets already had one",
+                capped,
+            )?;
+        }
         let sources = shared.telemetry.sources();
         counters(
             &mut enc,
-            "faultline_events_received",
+            names::EVENTS_RECEIVED,
             "Syscall events decoded by each source",
             sources
                 .iter()
@@ -464,8 +495,8 @@ impl Collector for SeriesCollector {
         )?;
         counters(
             &mut enc,
-            "faultline_events_dropped",
-            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped)",
+            names::EVENTS_DROPPED,
+            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped, not_syscall, kernel_lost, engine_error)",
             sources.iter().flat_map(|s| {
                 DropReason::ALL.into_iter().map(move |r| {
                     (
@@ -477,7 +508,7 @@ impl Collector for SeriesCollector {
         )?;
         counters(
             &mut enc,
-            "faultline_decode_errors",
+            names::DECODE_ERRORS,
             "Input records a source could not decode (skipped)",
             sources
                 .iter()
@@ -485,13 +516,13 @@ impl Collector for SeriesCollector {
         )?;
         counter(
             &mut enc,
-            "faultline_guest_restarts",
+            names::GUEST_RESTARTS,
             "Times the WASM engine was re-instantiated after a fault",
             shared.telemetry.guest_restarts(),
         )?;
         counter(
             &mut enc,
-            "faultline_guest_traps",
+            names::GUEST_TRAPS,
             "WASM traps (including out-of-fuel and memory limit) in engine calls",
             shared.telemetry.guest_traps(),
         )?;

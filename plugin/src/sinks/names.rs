@@ -1,0 +1,57 @@
+//! Metric names and label keys shared by the Prometheus sink (`prometheus.rs`) and the OTLP
+//! push sink (`otlp.rs`), so both export the same series (docs/metrics.md). Counter names
+//! have no `_total`: the OpenMetrics encoder appends it, OTLP has no such suffix.
+
+use faultline_engine::report::ThreadCounts;
+
+pub const BUILD_INFO: &str = "faultline_build_info";
+pub const TARGETS: &str = "faultline_targets";
+pub const IMPACT_FACTOR: &str = "faultline_impact_factor_ratio";
+pub const IMPACT_FACTOR_FILTERED: &str = "faultline_impact_factor_filtered_ratio";
+pub const ONSET_DISPERSION: &str = "faultline_onset_dispersion_seconds";
+pub const ANOMALY_ONSET: &str = "faultline_anomaly_onset_timestamp_seconds";
+pub const LAST_REPORT: &str = "faultline_last_report_timestamp_seconds";
+pub const VERDICT: &str = "faultline_verdict";
+pub const SUBSYSTEM: &str = "faultline_subsystem";
+pub const DIAGNOSIS_INFO: &str = "faultline_diagnosis_info";
+pub const THREADS: &str = "faultline_threads";
+pub const AFFECTED_SYSCALL_INCREASE: &str = "faultline_affected_syscall_increase_ratio";
+pub const SYSCALL_MEAN_LATENCY: &str = "faultline_syscall_mean_latency_seconds";
+pub const SYSCALL_CALLS_PER_SECOND: &str = "faultline_syscall_calls_per_second";
+/// Counter.
+pub const REPORTS: &str = "faultline_reports";
+/// Counter.
+pub const SERIES_CAPPED: &str = "faultline_series_capped";
+/// Counter.
+pub const REPORT_STORE_CAPPED: &str = "faultline_report_store_capped";
+/// Counter.
+pub const EVENTS_RECEIVED: &str = "faultline_events_received";
+/// Counter.
+pub const EVENTS_DROPPED: &str = "faultline_events_dropped";
+/// Counter.
+pub const DECODE_ERRORS: &str = "faultline_decode_errors";
+/// Counter.
+pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
+/// Counter.
+pub const GUEST_TRAPS: &str = "faultline_guest_traps";
+
+/// The label of [`THREADS`] that says which count a series is.
+pub const THREAD_STATE_LABEL: &str = "state";
+
+/// Longest hint exported as a label value of [`DIAGNOSIS_INFO`]; the full text is in
+/// `/report`.
+pub const MAX_HINT_CHARS: usize = 256;
+
+/// The [`THREADS`] series of one report: (`state` label value, count).
+pub fn thread_states(t: &ThreadCounts) -> [(&'static str, u64); 3] {
+    [
+        ("total", t.total),
+        ("affected", t.affected),
+        ("directly_affected", t.directly_affected),
+    ]
+}
+
+/// A report's hint cut to [`MAX_HINT_CHARS`] characters, for a label value.
+pub fn hint_label(hint: &str) -> String {
+    hint.chars().take(MAX_HINT_CHARS).collect()
+}
