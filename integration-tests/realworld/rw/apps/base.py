@@ -25,7 +25,7 @@ class LoadHandle:
 class App:
     #: short name used in case ids (`postgres_cpu_cap`)
     name = ""
-    #: Debian packages the app needs (installed by scripts/realworld-setup.sh)
+    #: Debian packages the app needs (scripts/setup.sh installs them)
     packages = []
     #: executables that must exist
     tools = []
