@@ -290,6 +290,47 @@ dd 9/9 1.000000004: raw_syscalls:sys_enter: NR 1 (0)
         assert_eq!(read_with_tally(Some(stderr)), (3, 17));
     }
 
+    /// `perf record | perf script` stopped at shutdown: `perf record` dies by our SIGTERM,
+    /// and the stream still ends cleanly with perf's tally counted.
+    #[test]
+    fn a_stopped_live_capture_still_counts_perfs_tally() {
+        use crate::sources::input::ChildOutput;
+        use std::process::Command;
+        let mut record = Command::new("sh");
+        record.args(["-c", &format!("printf '%s' '{TEXT}'; exec sleep 30")]);
+        let mut script = Command::new("sh");
+        script.args([
+            "-c",
+            "cat; echo 'Processed 20 samples and lost 85.00%!' >&2",
+        ]);
+        let out = ChildOutput::spawn_pipe(record, script, "sh").unwrap();
+        let stopper = out.stopper();
+        let stderr = out.stderr_tail();
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = PerfScriptReader::new(out, Arch::X86_64, stats.clone())
+            .live()
+            .with_tool_stderr(stderr);
+        let calls = |b: &EventBatch| {
+            b.events
+                .iter()
+                .filter(|e| e.kind != faultline_engine::EventKind::Lost)
+                .count()
+        };
+        let mut arrived = 0;
+        while arrived < 3 {
+            arrived += calls(&r.next_batch().unwrap().expect("the capture's events"));
+        }
+        assert_eq!(stopper.terminate(), 1);
+        while let Some(b) = r
+            .next_batch()
+            .expect("a clean end, not `sh failed (signal: 15)`")
+        {
+            arrived += calls(&b);
+        }
+        assert_eq!(arrived, 3);
+        assert_eq!(stats.dropped(DropReason::KernelLost), 17);
+    }
+
     #[test]
     fn without_a_tally_only_the_reported_loss_counts() {
         assert_eq!(read_with_tally(None), (3, 5));
