@@ -465,6 +465,10 @@ impl LineDecoder for Decoder {
     fn line(&mut self, line_no: u64, line: &[u8]) {
         Decoder::line(self, line_no, line);
     }
+    fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
+        self.stats.add_decode_errors(1);
+        self.log.too_long(line_no, head);
+    }
     fn batcher(&mut self) -> &mut Batcher {
         &mut self.batcher
     }

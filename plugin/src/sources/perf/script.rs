@@ -181,6 +181,11 @@ impl LineDecoder for LineSink<'_> {
     fn line(&mut self, line_no: u64, line: &[u8]) {
         self.handle(line_no, line);
     }
+    fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
+        *self.samples += 1;
+        self.stats.add_decode_errors(1);
+        self.log.too_long(line_no, head);
+    }
     fn batcher(&mut self) -> &mut Batcher {
         self.batcher
     }
