@@ -64,7 +64,9 @@ struct Decoder {
     arch: Arch,
     text: TextLine,
     threads: Threads,
-    /// Counter values at each thread's pending syscall entry, for per-call deltas.
+    /// Counter values at each thread's pending syscall entry, for per-call deltas. An
+    /// entry goes when its call exits or its thread ends (`exit`/`exit_group`, which
+    /// never return, or `sched_process_free`), so the map holds live threads only.
     entry_perf: HashMap<u32, PerfCounters>,
     batcher: Batcher,
     stats: Arc<SourceStats>,
@@ -232,8 +234,8 @@ impl Decoder {
             self.counters.other_events += 1;
             if name == b"sched_switch" {
                 self.switch(line);
-            } else {
-                track_state(&mut self.threads, t, line, name);
+            } else if let Some(freed) = track_state(&mut self.threads, t, line, name) {
+                self.entry_perf.remove(&freed);
             }
             return;
         };
@@ -268,7 +270,10 @@ impl Decoder {
         let event = match record {
             SyscallRecord::Enter(n) => {
                 let id = self.syscall_id(n, t.payload(line, b"id"));
-                if let Some(c) = counters {
+                if ends_thread(n) {
+                    // No exit will come to take the entry's counters: the thread is gone.
+                    self.entry_perf.remove(&tid);
+                } else if let Some(c) = counters {
                     if self.entry_perf.len() < MAX_THREADS || self.entry_perf.contains_key(&tid) {
                         self.entry_perf.insert(tid, c);
                     }
@@ -386,12 +391,18 @@ fn owner_of<'a>(
     (pid, owner)
 }
 
+/// Calls that end the calling thread and so never exit.
+fn ends_thread(name: &[u8]) -> bool {
+    name == b"exit" || name == b"exit_group"
+}
+
 fn name_to_id(name: &[u8]) -> SyscallId {
     std::str::from_utf8(name).map_or(SyscallId::UNKNOWN, SyscallId::from_name)
 }
 
 /// Scheduler and state-dump events that tell which thread runs where and who it belongs to.
-fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
+/// Returns the thread `sched_process_free` said is gone, if that was the event.
+fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) -> Option<u32> {
     let u32_of = |key: &[u8]| {
         t.payload(line, key)
             .and_then(Value::uint)
@@ -420,12 +431,13 @@ fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
             }
         }
         b"sched_process_free" => {
-            if let Some(tid) = u32_of(b"tid") {
-                threads.forget(tid);
-            }
+            let tid = u32_of(b"tid")?;
+            threads.forget(tid);
+            return Some(tid);
         }
         _ => {}
     }
+    None
 }
 
 /// Perf-counter contexts (`lttng add-context -t perf:cpu:cycles` …) of this event, if any.
@@ -539,6 +551,26 @@ mod tests {
         let p = e[1].perf.unwrap();
         assert_eq!((p.cycles, p.cache_misses), (250, 5));
         assert_eq!(e[0].ts_ns, 2_000_000_000);
+    }
+
+    #[test]
+    fn counters_of_threads_that_ended_are_not_kept() {
+        let text = concat!(
+            // Thread 7 ends through exit_group, thread 8 through exit.
+            "[2.0] h syscall_entry_exit_group: { cpu_id = 0 }, { tid = 7, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { error_code = 0 }\n",
+            "[2.1] h syscall_entry_exit: { cpu_id = 1 }, { tid = 8, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { error_code = 0 }\n",
+            // Thread 9 is killed in a call, then freed.
+            "[2.2] h syscall_entry_read: { cpu_id = 2 }, { tid = 9, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { fd = 3 }\n",
+            "[2.3] h sched_process_free: { cpu_id = 3 }, { comm = \"app\", tid = 9, prio = 20 }\n",
+            // Thread 10 is still in its call.
+            "[2.4] h syscall_entry_read: { cpu_id = 2 }, { tid = 10, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { fd = 3 }\n",
+        );
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = LttngTextReader::new(text.as_bytes(), Arch::X86_64, stats.clone());
+        while r.next_batch().unwrap().is_some() {}
+        assert_eq!(stats.decode_errors(), 0);
+        let pending: Vec<_> = r.decoder.entry_perf.keys().copied().collect();
+        assert_eq!(pending, [10]);
     }
 
     #[test]
