@@ -573,6 +573,60 @@ mod tests {
         assert_eq!(pending, [10]);
     }
 
+    /// A live session stopped at shutdown: babeltrace2 dies by our SIGTERM, and the
+    /// discard reports still held (their range reaches past the last event) are counted.
+    #[test]
+    fn a_stopped_session_still_counts_the_held_discard_reports() {
+        use crate::sources::input::ChildOutput;
+        let text = concat!(
+            "[1.000000000] h sched_switch: { cpu_id = 0 }, { prev_comm = \"swapper/0\", prev_tid = 0, prev_prio = 20, prev_state = 0, next_comm = \"db\", next_tid = 7, next_prio = 20 }\n",
+            "[1.000000010] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000020] h syscall_exit_read: { cpu_id = 0 }, { ret = 1 }\n",
+        );
+        let report = "WARNING: Tracer discarded 7 events between [1.000000000] and [9.000000000] in trace \"h\" (no UUID) within stream \"s\" (stream class ID: 0, stream ID: 0).";
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args([
+            "-c",
+            // The report first: once the events are read, it was written too.
+            "echo \"$2\" >&2; printf '%s' \"$1\"; exec sleep 30",
+            "sh",
+            text,
+            report,
+        ]);
+        let queue = Arc::new(DiscardQueue::default());
+        let tap = {
+            let queue = queue.clone();
+            Box::new(move |line: &[u8]| {
+                if let Some(d) = discards::parse(line) {
+                    queue.push(d);
+                }
+            })
+        };
+        let out = ChildOutput::spawn_tapped(cmd, "sh", tap).unwrap();
+        let stopper = out.stopper();
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = LttngTextReader::new(out, Arch::X86_64, stats.clone())
+            .with_discards(queue)
+            .live();
+        let mut calls = 0;
+        while calls < 2 {
+            calls += r
+                .next_batch()
+                .unwrap()
+                .expect("the session's events")
+                .events
+                .len();
+        }
+        assert_eq!(stopper.terminate(), 1);
+        while r
+            .next_batch()
+            .expect("a clean end, not `sh failed (signal: 15)`")
+            .is_some()
+        {}
+        assert_eq!(stats.dropped(DropReason::KernelLost), 7);
+        assert_eq!(r.counters().discarded_events, 7);
+    }
+
     #[test]
     fn old_naming_has_generic_exit() {
         let (batches, c, _) = read_all(concat!(
