@@ -339,7 +339,8 @@ impl ChildOutput {
         self.stderr_tail.clone()
     }
 
-    /// The process id of the last stage (to signal it, e.g. SIGINT for a clean perf stop).
+    /// The process id of the last stage, for logs. Never signal it directly: once the
+    /// tool is reaped the pid may name another process; [`ChildOutput::stopper`] is safe.
     pub fn id(&self) -> u32 {
         self.child.id()
     }
