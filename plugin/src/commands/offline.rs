@@ -11,8 +11,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::config::TargetConfig;
 use crate::engine_host::{build_host, EngineHost, EngineKind, HostConfig};
+use crate::pipeline::engine_task::ENGINE_WARN_EVERY;
 use crate::pipeline::router::Router;
-use crate::pipeline::telemetry::Telemetry;
+use crate::pipeline::telemetry::{DropReason, Telemetry};
+use crate::pipeline::warn_limit::WarnLimit;
 use crate::sources::input::open_trace;
 use crate::sources::perf::PerfScriptReader;
 use crate::sources::BatchReader;
@@ -229,6 +231,7 @@ pub fn drive(
     let mut reports = Vec::new();
     let mut events = 0u64;
     let mut lost = 0u64;
+    let mut warnings = WarnLimit::new(ENGINE_WARN_EVERY);
     while let Some(batch) = reader.next_batch().context("reading the trace")? {
         match router.route(&batch.process) {
             Ok(target) => {
@@ -236,10 +239,17 @@ pub fn drive(
                 if !targets.contains(&*target) {
                     targets.insert(target.to_string());
                 }
-                // A guest trap loses this batch (the host restarts the guest): say so, go on.
+                // A guest trap loses this batch (the host restarts the guest): count it as
+                // `faultline run` does, say so (rate-limited), go on.
                 if let Err(e) = engine.ingest(&target, &batch.events) {
-                    tracing::warn!(error = %e, events = batch.events.len(), "engine rejected a batch");
-                    lost += batch.events.len() as u64;
+                    let n = batch.events.len() as u64;
+                    telemetry
+                        .source(batch.source)
+                        .add_dropped(DropReason::EngineError, n);
+                    if let Some(suppressed) = warnings.occurred(std::time::Instant::now()) {
+                        tracing::warn!(error = %e, events = n, suppressed, "engine rejected a batch");
+                    }
+                    lost += n;
                 }
                 reports.extend(engine.take_reports()?);
             }
@@ -270,4 +280,39 @@ fn progress_bar(total: u64, disabled: bool) -> Option<ProgressBar> {
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
     Some(bar)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::test_support::FailingIngest;
+
+    #[test]
+    fn batches_the_engine_fails_on_are_counted_as_engine_error_drops() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.txt");
+        std::fs::write(
+            &path,
+            "dd 9/9 1.000000001: raw_syscalls:sys_enter: NR 0 (0)\n\
+             dd 9/9 1.000000002: raw_syscalls:sys_exit: NR 0 = 1\n",
+        )
+        .unwrap();
+        let args = OfflineArgs {
+            input: InputSpec {
+                kind: InputKind::Perf,
+                path,
+            },
+            targets: Vec::new(),
+            arch: Arch::X86_64,
+            params: None,
+            overrides: Vec::new(),
+            no_progress: true,
+            engine: EngineKind::Native,
+        };
+        let telemetry = Telemetry::default();
+        let (_, _, events) = drive(&args, &mut FailingIngest, &telemetry, 4).unwrap();
+        assert_eq!(events, 2);
+        let perf = telemetry.source(crate::sources::perf::script::SOURCE);
+        assert_eq!(perf.dropped(DropReason::EngineError), 2);
+    }
 }

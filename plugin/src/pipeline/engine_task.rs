@@ -14,13 +14,16 @@ use tokio::sync::mpsc;
 use super::queue::BatchReceiver;
 use super::report_sink::ReportSink;
 use super::router::Router;
-use super::telemetry::Telemetry;
+use super::telemetry::{DropReason, Telemetry};
 use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
+use super::warn_limit::WarnLimit;
 use crate::engine_host::{EngineHost, HostError};
 use crate::model::EventBatch;
 
 /// Engine counters are fetched at most this often (a WASM call each), plus at idle and exit.
 const COUNTERS_EVERY: Duration = Duration::from_secs(1);
+/// A failing engine fails on every batch: after the first, one warning per this interval.
+pub const ENGINE_WARN_EVERY: Duration = Duration::from_secs(10);
 
 /// Requests to the engine thread from outside the data path (HTTP handlers).
 #[derive(Debug)]
@@ -55,6 +58,7 @@ pub struct EngineTask {
     summary: EngineTaskSummary,
     counters_fetched: Option<Instant>,
     triggers: TriggerWait,
+    engine_warnings: WarnLimit,
 }
 
 enum Wake {
@@ -88,6 +92,7 @@ impl EngineTask {
             summary: EngineTaskSummary::default(),
             counters_fetched: None,
             triggers: TriggerWait::new(trigger_wait),
+            engine_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
         })
     }
 
@@ -152,14 +157,21 @@ impl EngineTask {
         self.summary.batches += 1;
         self.summary.events += batch.events.len() as u64;
         let started = Instant::now();
-        let result = self
-            .engine
-            .ingest(&target, &batch.events)
-            .and_then(|()| self.engine.take_reports());
+        let ingested = self.engine.ingest(&target, &batch.events);
+        let result = match ingested {
+            Ok(()) => Some(self.engine.take_reports()),
+            Err(e) => {
+                // The batch is lost (a trapped guest restarts without it): count it.
+                stats.add_dropped(DropReason::EngineError, batch.events.len() as u64);
+                self.engine_error(&e);
+                None
+            }
+        };
         self.observe(started);
         match result {
-            Ok(reports) => self.publish(&reports),
-            Err(e) => self.engine_error(&e),
+            Some(Ok(reports)) => self.publish(&reports),
+            Some(Err(e)) => self.engine_error(&e),
+            None => {}
         }
         self.triggers.observe(&target, &batch.events);
         if !self.triggers.is_empty() {
@@ -296,7 +308,13 @@ impl EngineTask {
 
     fn engine_error(&mut self, e: &HostError) {
         self.summary.engine_errors += 1;
-        tracing::warn!(error = %e, "engine call failed");
+        if let Some(suppressed) = self.engine_warnings.occurred(Instant::now()) {
+            tracing::warn!(
+                error = %e,
+                suppressed,
+                "engine call failed (batches it lost: faultline_events_dropped_total{{reason=\"engine_error\"}})"
+            );
+        }
     }
 }
 
@@ -335,6 +353,36 @@ mod tests {
             },
             events,
         }
+    }
+
+    #[test]
+    fn a_batch_the_engine_fails_on_is_counted_as_an_engine_error_drop() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let telemetry = Arc::new(Telemetry::default());
+        let task = EngineTask::new(
+            Box::new(crate::pipeline::test_support::FailingIngest),
+            Router::new(&[], 4),
+            Vec::new(),
+            Vec::new(),
+            telemetry.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        )
+        .expect("task");
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(1);
+        rt.block_on(tx.send(batch(1, 0, 1))).expect("queue open");
+        rt.block_on(tx.send(batch(2, 1, 3))).expect("queue open");
+        drop(tx);
+        drop(cmd_tx);
+        let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+        assert_eq!(summary.engine_errors, 2);
+        let perf = telemetry.source("perf");
+        assert_eq!(perf.dropped(DropReason::EngineError), 300);
     }
 
     #[test]

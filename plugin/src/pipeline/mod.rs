@@ -8,4 +8,7 @@ pub mod router;
 pub mod runner;
 pub mod source_tasks;
 pub mod telemetry;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod trigger_wait;
+pub mod warn_limit;

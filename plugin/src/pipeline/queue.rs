@@ -56,6 +56,35 @@ impl BatchSender {
         }
     }
 
+    /// Non-blocking all-or-nothing send of one request's batches for push sources: the
+    /// queue takes all of them or none (all counted as `queue_full`). A client told to
+    /// retry resends the whole request, so queueing part of it would analyse that part
+    /// twice. A request of more batches than the queue holds can never be taken.
+    pub fn try_send_all(&self, batches: Vec<EventBatch>) -> Result<(), SendError> {
+        if batches.is_empty() {
+            return Ok(());
+        }
+        match self.tx.try_reserve_many(batches.len()) {
+            Ok(permits) => {
+                for (permit, batch) in permits.zip(batches) {
+                    permit.send(batch);
+                }
+                Ok(())
+            }
+            Err(mpsc::error::TrySendError::Full(())) => {
+                let n: u64 = batches.iter().map(|b| b.events.len() as u64).sum();
+                self.stats.add_dropped(DropReason::QueueFull, n);
+                Err(SendError::Full)
+            }
+            Err(mpsc::error::TrySendError::Closed(())) => Err(SendError::Closed),
+        }
+    }
+
+    /// Batches the queue holds at most.
+    pub fn capacity(&self) -> usize {
+        self.tx.max_capacity()
+    }
+
     /// Waiting send for pull sources (files, pipes): backpressure slows the reader instead of dropping.
     pub async fn send(&self, batch: EventBatch) -> Result<(), SendError> {
         self.tx.send(batch).await.map_err(|_| SendError::Closed)

@@ -14,24 +14,25 @@ use super::runner::RunError;
 use super::telemetry::{SourceStats, Telemetry};
 use crate::config::{Config, ConfigError, ReplayFormat};
 use crate::model::EventBatch;
+use crate::sources::child::ChildStopper;
 use crate::sources::lttng::{self, reader as lttng_reader};
 use crate::sources::otlp::{self, OtlpServer};
 use crate::sources::perf::live::{self as perf_live, PerfTarget};
 use crate::sources::perf::{parse_arch, script as perf_script, PerfScriptReader};
-use crate::sources::{input, BatchReader, SourceError};
+use crate::sources::{BatchReader, SourceError};
 
 /// A running pull source.
 pub struct PullSource {
     pub task: JoinHandle<()>,
-    /// Processes feeding it (live tools); empty for files.
-    producers: Vec<u32>,
+    /// Stops the processes feeding it (live tools); empty for files.
+    producers: ChildStopper,
 }
 
 impl PullSource {
     /// Asks the source to end: terminates its live tools (the reader then drains what was
     /// captured and sees the end of the stream); file sources stop at their next batch.
     pub fn stop(&self) {
-        input::terminate(&self.producers);
+        self.producers.terminate();
     }
 }
 
@@ -61,7 +62,7 @@ pub fn start_pull_sources(
         let reader = perf_live::spawn_script_with(&target, host_arch()?, stats.clone(), opts)
             .map_err(|e| source_error("sources.perf", &e))?;
         tracing::info!(?target, "live perf source started");
-        let producers = reader.get_ref().producer_pids();
+        let producers = reader.get_ref().stopper();
         handles.push(spawn_pull(
             Box::new(reader),
             producers,
@@ -85,7 +86,7 @@ pub fn start_pull_sources(
         let reader = lttng::open(&input, host_arch()?, stats.clone())
             .map_err(|e| source_error("sources.lttng", &e))?;
         tracing::info!(%input, "LTTng source started");
-        let producers = reader.get_ref().producer_pids();
+        let producers = reader.get_ref().stopper();
         handles.push(spawn_pull(
             Box::new(reader),
             producers,
@@ -110,7 +111,14 @@ pub fn start_pull_sources(
                     .map_err(|e| source_error(&path.display().to_string(), &e))?,
             ),
         };
-        handles.push(spawn_pull(reader, Vec::new(), tx, stats, stop, "replay"));
+        handles.push(spawn_pull(
+            reader,
+            ChildStopper::default(),
+            tx,
+            stats,
+            stop,
+            "replay",
+        ));
     }
     Ok(handles)
 }
@@ -120,7 +128,7 @@ pub fn start_pull_sources(
 /// so what they captured up to then still reaches the engine).
 fn spawn_pull(
     reader: Box<dyn BatchReader>,
-    producers: Vec<u32>,
+    producers: ChildStopper,
     tx: &mpsc::Sender<EventBatch>,
     stats: Arc<SourceStats>,
     stop: &Arc<AtomicBool>,

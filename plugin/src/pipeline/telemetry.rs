@@ -21,16 +21,20 @@ pub enum DropReason {
     /// `PERF_RECORD_LOST`, LTTng's discarded events as babeltrace2 reports them), so the
     /// tracer itself reports how many events never arrived.
     KernelLost,
+    /// The engine failed on the batch (a WASM guest trapped and was restarted, or
+    /// rejected it): its events were not analysed.
+    EngineError,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 6] = [
+    pub const ALL: [DropReason; 7] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
         DropReason::NoTarget,
         DropReason::Capped,
         DropReason::NotSyscall,
         DropReason::KernelLost,
+        DropReason::EngineError,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -41,6 +45,7 @@ impl DropReason {
             DropReason::Capped => "capped",
             DropReason::NotSyscall => "not_syscall",
             DropReason::KernelLost => "kernel_lost",
+            DropReason::EngineError => "engine_error",
         }
     }
 }

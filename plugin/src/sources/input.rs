@@ -7,10 +7,11 @@
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
+use super::child::{ChildStopper, TrackedChild};
 use super::SourceError;
 
 /// Read buffer size: large enough that per-read syscall overhead vanishes at 100s of MB/s.
@@ -234,14 +235,16 @@ pub type StderrTap = Box<dyn FnMut(&[u8]) + Send>;
 ///
 /// At end of output the child is reaped; a failing exit status becomes a read error carrying
 /// the tail of the tool's stderr, so "babeltrace2 could not open the trace" reaches the user
-/// instead of looking like an empty trace. Dropping it kills the child.
+/// instead of looking like an empty trace. Death by the signal [`ChildOutput::stopper`]
+/// sent is a clean end: the stop was ours, and end-of-run accounting must still happen.
+/// Dropping it kills the child.
 pub struct ChildOutput {
     tool: String,
-    child: Child,
+    child: TrackedChild,
     stdout: BufReader<ChildStdout>,
     stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
     /// Earlier stages of a pipeline (`perf record | perf script`), reaped with the last.
-    upstream: Vec<(String, Child)>,
+    upstream: Vec<(String, TrackedChild)>,
     finished: bool,
     /// The stderr tail once the tool ended, for readers that take its end-of-run summary.
     stderr_tail: StderrTail,
@@ -299,7 +302,7 @@ impl ChildOutput {
                 return Err(e);
             }
         };
-        out.upstream.push((tool, head));
+        out.upstream.push((tool, TrackedChild::new(head)));
         Ok(out)
     }
 
@@ -321,7 +324,7 @@ impl ChildOutput {
         let stderr = child.stderr.take().map(|e| collect_stderr_tail(e, tap));
         Ok(Self {
             tool,
-            child,
+            child: TrackedChild::new(child),
             stdout: BufReader::with_capacity(BUF_BYTES, stdout),
             stderr,
             upstream: Vec::new(),
@@ -336,14 +339,10 @@ impl ChildOutput {
         self.stderr_tail.clone()
     }
 
-    /// The process id of the last stage (to signal it, e.g. SIGINT for a clean perf stop).
+    /// The process id of the last stage, for logs. Never signal it directly: once the
+    /// tool is reaped the pid may name another process; [`ChildOutput::stopper`] is safe.
     pub fn id(&self) -> u32 {
         self.child.id()
-    }
-
-    /// Process ids of the earlier pipeline stages.
-    pub fn upstream_ids(&self) -> Vec<u32> {
-        self.upstream.iter().map(|(_, c)| c.id()).collect()
     }
 
     /// Reaps the child once its output ended; an error if it failed.
@@ -363,11 +362,17 @@ impl ChildOutput {
         let stderr: &[u8] = self.stderr_tail.get().map_or(&[], Vec::as_slice);
         for (tool, up) in &mut self.upstream {
             let up_status = up.wait()?;
-            if !up_status.success() {
+            if up.stopped_by_us(up_status) {
+                tracing::debug!(tool = %tool, "stopped as asked");
+            } else if !up_status.success() {
                 return Err(io::Error::other(format!("{tool} failed ({up_status})")));
             }
         }
         if status.success() {
+            return Ok(());
+        }
+        if self.child.stopped_by_us(status) {
+            tracing::debug!(tool = %self.tool, "stopped as asked");
             return Ok(());
         }
         Err(io::Error::other(format!(
@@ -401,29 +406,16 @@ impl BufRead for ChildOutput {
 }
 
 impl ChildOutput {
-    /// The processes producing the data: the first stage of a pipeline (`perf record` of
-    /// `perf record | perf script`), else the tool itself. Stopping a live capture means
-    /// terminating them: a reader blocked on a quiet tool never sees a stop flag, and the
-    /// later stages then drain what was captured and end the stream.
-    pub fn producer_pids(&self) -> Vec<u32> {
+    /// Stops the processes producing the data: the first stage of a pipeline (`perf
+    /// record` of `perf record | perf script`), else the tool itself. Stopping a live
+    /// capture means terminating them: a reader blocked on a quiet tool never sees a stop
+    /// flag, and the later stages then drain what was captured and end the stream. A
+    /// process already reaped is never signalled (its pid may be reused).
+    pub fn stopper(&self) -> ChildStopper {
         if self.upstream.is_empty() {
-            vec![self.child.id()]
+            self.child.stopper()
         } else {
-            self.upstream.iter().map(|(_, c)| c.id()).collect()
-        }
-    }
-}
-
-/// Sends SIGTERM to `pids` (processes this host started; see
-/// [`ChildOutput::producer_pids`]). Errors (already exited) are ignored.
-pub fn terminate(pids: &[u32]) {
-    for &pid in pids {
-        let Ok(pid) = libc::pid_t::try_from(pid) else {
-            continue;
-        };
-        // SAFETY: kill(2) takes plain integers and touches no memory of ours.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
+            ChildStopper::join(self.upstream.iter().map(|(_, c)| c.stopper()))
         }
     }
 }
@@ -432,11 +424,9 @@ impl Drop for ChildOutput {
     fn drop(&mut self) {
         if !self.finished {
             // Stopping early (shutdown, error): don't leave the tool running or a zombie.
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            self.child.kill_and_reap();
             for (_, up) in &mut self.upstream {
-                let _ = up.kill();
-                let _ = up.wait();
+                up.kill_and_reap();
             }
         }
     }
@@ -643,6 +633,44 @@ mod tests {
         assert_eq!(line, "hello\n");
         let err = out.read_line(&mut line).unwrap_err();
         assert!(err.to_string().contains("oops"), "{err}");
+    }
+
+    #[test]
+    fn a_tool_we_stopped_ends_its_output_cleanly() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo hello; exec sleep 30"]);
+        let mut out = ChildOutput::spawn(cmd, "sh").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(out.stopper().terminate(), 1);
+        line.clear();
+        assert_eq!(out.read_line(&mut line).unwrap(), 0, "a clean end");
+        // Reaped now: a second stop signals nothing.
+        assert_eq!(out.stopper().terminate(), 0);
+    }
+
+    #[test]
+    fn a_pipeline_whose_producer_we_stopped_ends_cleanly() {
+        let mut first = Command::new("sh");
+        first.args(["-c", "echo hello; exec sleep 30"]);
+        let mut out = ChildOutput::spawn_pipe(first, Command::new("cat"), "sh").unwrap();
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "hello\n");
+        assert_eq!(out.stopper().terminate(), 1);
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "");
+    }
+
+    #[test]
+    fn a_producer_killed_by_someone_else_still_fails() {
+        let mut first = Command::new("sh");
+        first.args(["-c", "echo hello; kill -TERM $$"]);
+        let mut out = ChildOutput::spawn_pipe(first, Command::new("cat"), "sh").unwrap();
+        let mut all = String::new();
+        let err = out.read_to_string(&mut all).unwrap_err();
+        assert!(err.to_string().contains("signal: 15"), "{err}");
     }
 
     #[test]

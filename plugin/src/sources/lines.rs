@@ -1,12 +1,66 @@
 //! Line-by-line decoding shared by the text readers (`perf script`, babeltrace2 text):
 //! whole lines are decoded in place in the input's buffer (no copy per line); only a line
 //! that straddles two buffer fills is assembled in a side buffer.
+//!
+//! A line is at most [`MAX_LINE_BYTES`]: a longer one (a corrupt file, a runaway writer)
+//! is skipped up to its newline without being buffered and counted as undecodable, so
+//! memory never grows with the input.
 
-use std::io::BufRead;
+use std::io::{self, BufRead};
 
 use super::perf::batcher::Batcher;
 use super::SourceError;
 use crate::model::EventBatch;
+
+/// The longest line decoded; far above any real trace line (a few hundred bytes).
+pub(crate) const MAX_LINE_BYTES: usize = 1 << 20;
+/// Bytes of an over-long line kept to show in the warning about it.
+const SHOWN_BYTES: usize = 256;
+
+/// Appends the rest of the current line (through its newline, or to the end of input) to
+/// `line`, unless that makes it longer than [`MAX_LINE_BYTES`]: then `line` keeps only
+/// its first bytes (for the log), the rest is skipped, and `overlong` is set. Returns
+/// the bytes consumed (0 at the end of input).
+pub(crate) fn read_line_capped<R: BufRead + ?Sized>(
+    input: &mut R,
+    line: &mut Vec<u8>,
+    overlong: &mut bool,
+) -> io::Result<usize> {
+    let mut consumed = 0;
+    loop {
+        let buf = match input.fill_buf() {
+            Ok(buf) => buf,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        let (part, complete) = match memchr::memchr(b'\n', buf) {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), buf.is_empty()),
+        };
+        if !*overlong {
+            if line.len() + part > MAX_LINE_BYTES {
+                *overlong = true;
+                line.truncate(SHOWN_BYTES);
+            } else {
+                // Grow by doubling, but never past the cap.
+                let need = line.len() + part;
+                if need > line.capacity() {
+                    let target = line
+                        .capacity()
+                        .saturating_mul(2)
+                        .clamp(need, MAX_LINE_BYTES);
+                    line.reserve_exact(target - line.len());
+                }
+                line.extend_from_slice(buf.get(..part).unwrap_or_default());
+            }
+        }
+        input.consume(part);
+        consumed += part;
+        if complete {
+            return Ok(consumed);
+        }
+    }
+}
 
 /// What a text reader does with one line, and where its events wait for a full batch.
 pub(crate) trait LineDecoder {
@@ -14,6 +68,9 @@ pub(crate) trait LineDecoder {
     fn line(&mut self, line_no: u64, line: &[u8]);
     /// The batcher the decoded events go to.
     fn batcher(&mut self) -> &mut Batcher;
+    /// Line `line_no` was over [`MAX_LINE_BYTES`] and skipped; `head` is its start.
+    /// Counted as an undecodable line.
+    fn line_too_long(&mut self, line_no: u64, head: &[u8]);
     /// The input ended (after its last line, before the held events are flushed).
     fn at_end(&mut self) {}
 }
@@ -23,6 +80,8 @@ pub(crate) struct LineInput<R> {
     input: R,
     /// A line that straddled two buffer fills.
     line: Vec<u8>,
+    /// `line` passed [`MAX_LINE_BYTES`]: the rest of it is skipped.
+    overlong: bool,
     line_no: u64,
     bytes: u64,
     eof: bool,
@@ -38,6 +97,7 @@ impl<R: BufRead> LineInput<R> {
         Self {
             input,
             line: Vec::with_capacity(512),
+            overlong: false,
             line_no: 0,
             bytes: 0,
             eof: false,
@@ -83,13 +143,15 @@ impl<R: BufRead> LineInput<R> {
             }
             if !self.line.is_empty() {
                 // Finish a line that straddled two buffer fills.
-                let n = self
-                    .input
-                    .read_until(b'\n', &mut self.line)
+                let n = read_line_capped(&mut self.input, &mut self.line, &mut self.overlong)
                     .map_err(io_err)?;
                 self.bytes += n as u64;
                 self.line_no += 1;
-                decoder.line(self.line_no, &self.line);
+                if std::mem::take(&mut self.overlong) {
+                    decoder.line_too_long(self.line_no, &self.line);
+                } else {
+                    decoder.line(self.line_no, &self.line);
+                }
                 self.line.clear();
                 continue;
             }
@@ -110,19 +172,105 @@ impl<R: BufRead> LineInput<R> {
             while let Some(nl) = buf.get(used..).and_then(|rest| memchr::memchr(b'\n', rest)) {
                 let end = used + nl + 1;
                 self.line_no += 1;
-                decoder.line(self.line_no, buf.get(used..end).unwrap_or_default());
+                let line = buf.get(used..end).unwrap_or_default();
+                if line.len() > MAX_LINE_BYTES {
+                    decoder.line_too_long(self.line_no, line.get(..SHOWN_BYTES).unwrap_or(line));
+                } else {
+                    decoder.line(self.line_no, line);
+                }
                 used = end;
                 if decoder.batcher().has_ready() {
                     break;
                 }
             }
             if used == 0 {
-                // No complete line buffered: keep the fragment, read_until completes it.
-                self.line.extend_from_slice(buf);
+                // No complete line buffered: keep the fragment, read_line_capped completes it.
+                if buf.len() > MAX_LINE_BYTES {
+                    self.overlong = true;
+                    self.line
+                        .extend_from_slice(buf.get(..SHOWN_BYTES).unwrap_or(buf));
+                } else {
+                    self.line.extend_from_slice(buf);
+                }
                 used = buf.len();
             }
             self.bytes += used as u64;
             self.input.consume(used);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::telemetry::SourceStats;
+    use std::io::BufReader;
+    use std::sync::Arc;
+
+    /// Records what it was handed.
+    struct Seen {
+        batcher: Batcher,
+        lines: Vec<(u64, Vec<u8>)>,
+        too_long: Vec<(u64, usize)>,
+    }
+
+    impl LineDecoder for Seen {
+        fn line(&mut self, line_no: u64, line: &[u8]) {
+            self.lines.push((line_no, line.to_vec()));
+        }
+        fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
+            self.too_long.push((line_no, head.len()));
+        }
+        fn batcher(&mut self) -> &mut Batcher {
+            &mut self.batcher
+        }
+    }
+
+    #[test]
+    fn an_over_long_line_is_skipped_without_being_buffered() {
+        let mut text = b"first\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', 3 * MAX_LINE_BYTES));
+        text.extend_from_slice(b"\nthird\nlast");
+        // Small buffer fills, as from a pipe: the long line straddles many of them.
+        let input = BufReader::with_capacity(4096, &text[..]);
+        let mut lines = LineInput::new(input, "test");
+        let mut seen = Seen {
+            batcher: Batcher::new("perf", Arc::new(SourceStats::new("perf"))),
+            lines: Vec::new(),
+            too_long: Vec::new(),
+        };
+        while lines.next_batch(&mut seen).unwrap().is_some() {}
+        let decoded: Vec<_> = seen.lines.iter().map(|(n, l)| (*n, &l[..])).collect();
+        assert_eq!(
+            decoded,
+            [
+                (1, &b"first\n"[..]),
+                (3, &b"third\n"[..]),
+                (4, &b"last"[..])
+            ]
+        );
+        assert_eq!(seen.too_long, [(2, SHOWN_BYTES)]);
+        assert!(
+            lines.line.capacity() <= MAX_LINE_BYTES,
+            "{}",
+            lines.line.capacity()
+        );
+        assert_eq!(lines.bytes(), text.len() as u64);
+    }
+
+    #[test]
+    fn an_over_long_line_in_one_buffer_is_skipped_too() {
+        let mut text = b"first\n".to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_LINE_BYTES + 1));
+        text.extend_from_slice(b"\n");
+        let mut lines = LineInput::new(&text[..], "test");
+        let mut seen = Seen {
+            batcher: Batcher::new("perf", Arc::new(SourceStats::new("perf"))),
+            lines: Vec::new(),
+            too_long: Vec::new(),
+        };
+        while lines.next_batch(&mut seen).unwrap().is_some() {}
+        assert_eq!(seen.lines.len(), 1);
+        assert_eq!(seen.too_long, [(2, SHOWN_BYTES)]);
     }
 }

@@ -4,6 +4,7 @@
 //! [`BatchReader`] so the same decoder serves offline `analyze` and live `run`;
 //! push sources (OTLP) feed a [`crate::pipeline::queue::BatchSender`] directly.
 
+pub mod child;
 pub mod input;
 pub(crate) mod lines;
 pub mod lttng;

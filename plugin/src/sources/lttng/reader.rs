@@ -64,7 +64,9 @@ struct Decoder {
     arch: Arch,
     text: TextLine,
     threads: Threads,
-    /// Counter values at each thread's pending syscall entry, for per-call deltas.
+    /// Counter values at each thread's pending syscall entry, for per-call deltas. An
+    /// entry goes when its call exits or its thread ends (`exit`/`exit_group`, which
+    /// never return, or `sched_process_free`), so the map holds live threads only.
     entry_perf: HashMap<u32, PerfCounters>,
     batcher: Batcher,
     stats: Arc<SourceStats>,
@@ -232,8 +234,8 @@ impl Decoder {
             self.counters.other_events += 1;
             if name == b"sched_switch" {
                 self.switch(line);
-            } else {
-                track_state(&mut self.threads, t, line, name);
+            } else if let Some(freed) = track_state(&mut self.threads, t, line, name) {
+                self.entry_perf.remove(&freed);
             }
             return;
         };
@@ -268,7 +270,10 @@ impl Decoder {
         let event = match record {
             SyscallRecord::Enter(n) => {
                 let id = self.syscall_id(n, t.payload(line, b"id"));
-                if let Some(c) = counters {
+                if ends_thread(n) {
+                    // No exit will come to take the entry's counters: the thread is gone.
+                    self.entry_perf.remove(&tid);
+                } else if let Some(c) = counters {
                     if self.entry_perf.len() < MAX_THREADS || self.entry_perf.contains_key(&tid) {
                         self.entry_perf.insert(tid, c);
                     }
@@ -386,12 +391,18 @@ fn owner_of<'a>(
     (pid, owner)
 }
 
+/// Calls that end the calling thread and so never exit.
+fn ends_thread(name: &[u8]) -> bool {
+    name == b"exit" || name == b"exit_group"
+}
+
 fn name_to_id(name: &[u8]) -> SyscallId {
     std::str::from_utf8(name).map_or(SyscallId::UNKNOWN, SyscallId::from_name)
 }
 
 /// Scheduler and state-dump events that tell which thread runs where and who it belongs to.
-fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
+/// Returns the thread `sched_process_free` said is gone, if that was the event.
+fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) -> Option<u32> {
     let u32_of = |key: &[u8]| {
         t.payload(line, key)
             .and_then(Value::uint)
@@ -420,12 +431,13 @@ fn track_state(threads: &mut Threads, t: &TextLine, line: &[u8], name: &[u8]) {
             }
         }
         b"sched_process_free" => {
-            if let Some(tid) = u32_of(b"tid") {
-                threads.forget(tid);
-            }
+            let tid = u32_of(b"tid")?;
+            threads.forget(tid);
+            return Some(tid);
         }
         _ => {}
     }
+    None
 }
 
 /// Perf-counter contexts (`lttng add-context -t perf:cpu:cycles` …) of this event, if any.
@@ -464,6 +476,10 @@ fn delta(start: PerfCounters, end: PerfCounters) -> PerfCounters {
 impl LineDecoder for Decoder {
     fn line(&mut self, line_no: u64, line: &[u8]) {
         Decoder::line(self, line_no, line);
+    }
+    fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
+        self.stats.add_decode_errors(1);
+        self.log.too_long(line_no, head);
     }
     fn batcher(&mut self) -> &mut Batcher {
         &mut self.batcher
@@ -535,6 +551,80 @@ mod tests {
         let p = e[1].perf.unwrap();
         assert_eq!((p.cycles, p.cache_misses), (250, 5));
         assert_eq!(e[0].ts_ns, 2_000_000_000);
+    }
+
+    #[test]
+    fn counters_of_threads_that_ended_are_not_kept() {
+        let text = concat!(
+            // Thread 7 ends through exit_group, thread 8 through exit.
+            "[2.0] h syscall_entry_exit_group: { cpu_id = 0 }, { tid = 7, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { error_code = 0 }\n",
+            "[2.1] h syscall_entry_exit: { cpu_id = 1 }, { tid = 8, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { error_code = 0 }\n",
+            // Thread 9 is killed in a call, then freed.
+            "[2.2] h syscall_entry_read: { cpu_id = 2 }, { tid = 9, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { fd = 3 }\n",
+            "[2.3] h sched_process_free: { cpu_id = 3 }, { comm = \"app\", tid = 9, prio = 20 }\n",
+            // Thread 10 is still in its call.
+            "[2.4] h syscall_entry_read: { cpu_id = 2 }, { tid = 10, pid = 5, procname = \"app\", perf_cpu_cycles = 100 }, { fd = 3 }\n",
+        );
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = LttngTextReader::new(text.as_bytes(), Arch::X86_64, stats.clone());
+        while r.next_batch().unwrap().is_some() {}
+        assert_eq!(stats.decode_errors(), 0);
+        let pending: Vec<_> = r.decoder.entry_perf.keys().copied().collect();
+        assert_eq!(pending, [10]);
+    }
+
+    /// A live session stopped at shutdown: babeltrace2 dies by our SIGTERM, and the
+    /// discard reports still held (their range reaches past the last event) are counted.
+    #[test]
+    fn a_stopped_session_still_counts_the_held_discard_reports() {
+        use crate::sources::input::ChildOutput;
+        let text = concat!(
+            "[1.000000000] h sched_switch: { cpu_id = 0 }, { prev_comm = \"swapper/0\", prev_tid = 0, prev_prio = 20, prev_state = 0, next_comm = \"db\", next_tid = 7, next_prio = 20 }\n",
+            "[1.000000010] h syscall_entry_read: { cpu_id = 0 }, { fd = 3 }\n",
+            "[1.000000020] h syscall_exit_read: { cpu_id = 0 }, { ret = 1 }\n",
+        );
+        let report = "WARNING: Tracer discarded 7 events between [1.000000000] and [9.000000000] in trace \"h\" (no UUID) within stream \"s\" (stream class ID: 0, stream ID: 0).";
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args([
+            "-c",
+            // The report first: once the events are read, it was written too.
+            "echo \"$2\" >&2; printf '%s' \"$1\"; exec sleep 30",
+            "sh",
+            text,
+            report,
+        ]);
+        let queue = Arc::new(DiscardQueue::default());
+        let tap = {
+            let queue = queue.clone();
+            Box::new(move |line: &[u8]| {
+                if let Some(d) = discards::parse(line) {
+                    queue.push(d);
+                }
+            })
+        };
+        let out = ChildOutput::spawn_tapped(cmd, "sh", tap).unwrap();
+        let stopper = out.stopper();
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = LttngTextReader::new(out, Arch::X86_64, stats.clone())
+            .with_discards(queue)
+            .live();
+        let mut calls = 0;
+        while calls < 2 {
+            calls += r
+                .next_batch()
+                .unwrap()
+                .expect("the session's events")
+                .events
+                .len();
+        }
+        assert_eq!(stopper.terminate(), 1);
+        while r
+            .next_batch()
+            .expect("a clean end, not `sh failed (signal: 15)`")
+            .is_some()
+        {}
+        assert_eq!(stats.dropped(DropReason::KernelLost), 7);
+        assert_eq!(r.counters().discarded_events, 7);
     }
 
     #[test]

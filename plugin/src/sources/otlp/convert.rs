@@ -1,6 +1,9 @@
 //! Whole OTLP export requests → per-process [`EventBatch`]es plus the tallies the receiver
 //! reports back (partial success) and counts (telemetry).
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
+
 use faultline_engine::SyscallEvent;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -51,9 +54,22 @@ impl Decoded {
 }
 
 /// Collects events per process, cutting batches at [`MAX_BATCH_EVENTS`].
+///
+/// Groups are found through a hash index, so a request of many processes costs time in
+/// proportion to its records, not records × processes; `open` keeps first-seen order,
+/// which is the order of the batches.
 pub(crate) struct Grouper {
     source: &'static str,
     open: Vec<(ProcessInfo, Vec<SyscallEvent>)>,
+    /// Indexes into `open` by the hash of a group's key (see [`group_key_hash`]); a
+    /// hash shared by several keys lists all their groups.
+    index: HashMap<u64, Vec<usize>>,
+    hasher: RandomState,
+    /// The group of the previous record: requests mostly carry one process.
+    last: Option<usize>,
+    /// Key comparisons made, to test that lookups stay cheap.
+    #[cfg(test)]
+    compared: u64,
     out: Decoded,
     /// Records still expected from the current resource: the next new group reserves
     /// room for them once (saving the doubling copies), and never more than a batch.
@@ -65,6 +81,11 @@ impl Grouper {
         Self {
             source,
             open: Vec::new(),
+            index: HashMap::new(),
+            hasher: RandomState::new(),
+            last: None,
+            #[cfg(test)]
+            compared: 0,
             out: Decoded::default(),
             reserve_hint: 0,
         }
@@ -95,14 +116,7 @@ impl Grouper {
 
     fn push(&mut self, process: &ProcessInfo, ev: SyscallEvent) {
         let pid = (ev.pid != 0).then_some(ev.pid).or(process.pid);
-        let same = |p: &ProcessInfo| {
-            p.pid == pid
-                && p.service_name == process.service_name
-                && p.comm == process.comm
-                && p.host == process.host
-        };
-        // Requests mostly carry one process, so the last group is nearly always the one.
-        let idx = match self.open.iter().rposition(|(p, _)| same(p)) {
+        let idx = match self.find(pid, process) {
             Some(i) => i,
             None => {
                 let mut p = process.clone();
@@ -110,9 +124,13 @@ impl Grouper {
                 // Consumed by the first group, so reservations never exceed the records.
                 let reserve = std::mem::take(&mut self.reserve_hint);
                 self.open.push((p, Vec::with_capacity(reserve)));
-                self.open.len() - 1
+                let i = self.open.len() - 1;
+                let hash = group_key_hash(&self.hasher, pid, process);
+                self.index.entry(hash).or_default().push(i);
+                i
             }
         };
+        self.last = Some(idx);
         let Some((p, events)) = self.open.get_mut(idx) else {
             return;
         };
@@ -128,6 +146,35 @@ impl Grouper {
         }
     }
 
+    /// The open group of `process` with `pid`, if any.
+    fn find(&mut self, pid: Option<u32>, process: &ProcessInfo) -> Option<usize> {
+        let same = |p: &ProcessInfo| {
+            p.pid == pid
+                && p.service_name == process.service_name
+                && p.comm == process.comm
+                && p.host == process.host
+        };
+        if let Some(i) = self.last {
+            #[cfg(test)]
+            {
+                self.compared += 1;
+            }
+            if self.open.get(i).is_some_and(|(p, _)| same(p)) {
+                return Some(i);
+            }
+        }
+        let hash = group_key_hash(&self.hasher, pid, process);
+        let candidates = self.index.get(&hash)?;
+        #[cfg(test)]
+        {
+            self.compared += candidates.len() as u64;
+        }
+        candidates
+            .iter()
+            .copied()
+            .find(|&i| self.open.get(i).is_some_and(|(p, _)| same(p)))
+    }
+
     pub fn finish(mut self) -> Decoded {
         for (process, events) in self.open.drain(..) {
             if !events.is_empty() {
@@ -140,6 +187,16 @@ impl Grouper {
         }
         self.out
     }
+}
+
+/// The hash of a group's key: the fields [`Grouper`] tells processes apart by.
+fn group_key_hash(hasher: &RandomState, pid: Option<u32>, p: &ProcessInfo) -> u64 {
+    hasher.hash_one((
+        pid,
+        p.service_name.as_deref(),
+        p.comm.as_deref(),
+        p.host.as_deref(),
+    ))
 }
 
 /// The process a set of (resource or flat record) attributes describes.
@@ -299,6 +356,39 @@ mod tests {
             assert_eq!(b.process.service_name.as_deref(), Some("db"));
             assert!(b.events.iter().all(|e| e.pid == 77));
         }
+    }
+
+    #[test]
+    fn many_processes_group_in_first_seen_order_at_a_cost_per_record() {
+        let mut g = Grouper::new("otlp_grpc");
+        let procs = 5_000u32;
+        let read = faultline_engine::SyscallId::from_name("read");
+        // Two rounds over every process, interleaved: each record's group is not the last.
+        for round in 0..2u64 {
+            for pid in 0..procs {
+                let process = ProcessInfo {
+                    pid: Some(pid),
+                    service_name: Some(format!("svc{}", pid % 7)),
+                    ..ProcessInfo::default()
+                };
+                let ev = SyscallEvent::complete(0, pid, read, round, 5);
+                g.add(&process, Mapped::Event(ev));
+            }
+        }
+        let records = 2 * u64::from(procs);
+        assert!(
+            g.compared <= 2 * records,
+            "{} key comparisons for {records} records",
+            g.compared
+        );
+        let d = g.finish();
+        let order: Vec<_> = d.batches.iter().map(|b| b.process.pid).collect();
+        assert_eq!(order, (0..procs).map(Some).collect::<Vec<_>>());
+        assert!(d.batches.iter().all(|b| b.events.len() == 2));
+        assert!(d
+            .batches
+            .iter()
+            .all(|b| b.process.service_name == Some(format!("svc{}", b.process.pid.unwrap() % 7))));
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub(crate) enum Delivery {
 }
 
 /// Queues `decoded` and counts received events, rejected records and drops.
+///
+/// All or nothing: a request is queued whole or refused whole (its events then count as
+/// `queue_full`), so a client retrying a refused request never gets events analysed twice,
+/// and every attempt's received events are either queued or counted as dropped.
 pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: Decoded) -> Delivery {
     let stats = sender.stats();
     stats.add_received(decoded.events);
@@ -53,21 +57,83 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
         .unused_metric_points
         .fetch_add(decoded.unused_metric_points, Ordering::Relaxed);
     let message = decoded.error_message();
-    let mut batches = decoded.batches.into_iter();
-    while let Some(batch) = batches.next() {
-        match sender.try_send(batch) {
-            Ok(()) => {}
-            Err(SendError::Full) => {
-                // try_send counted the batch it refused; the rest of the request is dropped too.
-                let rest: u64 = batches.map(|b| b.events.len() as u64).sum();
-                stats.add_dropped(DropReason::QueueFull, rest);
-                return Delivery::QueueFull;
+    let batches = decoded.batches.len();
+    match sender.try_send_all(decoded.batches) {
+        Ok(()) => Delivery::Accepted {
+            rejected: decoded.rejected,
+            message,
+        },
+        Err(SendError::Full) => {
+            if batches > sender.capacity() {
+                tracing::warn!(
+                    batches,
+                    queue_capacity = sender.capacity(),
+                    "an OTLP request needs more batches than the engine queue holds and can never be queued; raise [pipeline] queue_capacity or send smaller requests"
+                );
             }
-            Err(SendError::Closed) => return Delivery::Closed,
+            Delivery::QueueFull
+        }
+        Err(SendError::Closed) => Delivery::Closed,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{EventBatch, ProcessInfo};
+    use crate::pipeline::queue;
+    use crate::pipeline::telemetry::SourceStats;
+    use faultline_engine::{SyscallEvent, SyscallId};
+    use std::sync::Arc;
+
+    fn batch(pid: u32, events: usize) -> EventBatch {
+        let read = SyscallId::from_name("read");
+        EventBatch {
+            source: "otlp_http",
+            process: ProcessInfo {
+                pid: Some(pid),
+                ..ProcessInfo::default()
+            },
+            events: (0..events)
+                .map(|i| SyscallEvent::complete(pid, pid, read, i as u64, 10))
+                .collect(),
         }
     }
-    Delivery::Accepted {
-        rejected: decoded.rejected,
-        message,
+
+    fn request() -> Decoded {
+        Decoded {
+            batches: vec![batch(1, 3), batch(2, 4)],
+            events: 7,
+            ..Decoded::default()
+        }
+    }
+
+    #[test]
+    fn a_request_is_queued_whole_or_refused_whole() {
+        let stats = Arc::new(SourceStats::new("otlp_http"));
+        let (tx, mut rx) = queue::bounded(2);
+        let sender = BatchSender::new(tx, stats.clone());
+        let counters = OtlpCounters::default();
+        // One slot taken: the two-batch request does not fit.
+        sender.try_send(batch(9, 1)).unwrap();
+        assert_eq!(deliver(&sender, &counters, request()), Delivery::QueueFull);
+        assert_eq!(stats.dropped(DropReason::QueueFull), 7);
+        assert_eq!(rx.try_recv().map(|b| b.process.pid), Ok(Some(9)));
+        assert!(
+            rx.try_recv().is_err(),
+            "no part of the refused request was queued"
+        );
+        // The client's retry is queued whole, once.
+        assert!(matches!(
+            deliver(&sender, &counters, request()),
+            Delivery::Accepted { rejected: 0, .. }
+        ));
+        let queued: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|b| b.process.pid)
+            .collect();
+        assert_eq!(queued, [Some(1), Some(2)]);
+        // Every attempt's events were received, and either queued or dropped.
+        assert_eq!(stats.received(), 14);
+        assert_eq!(stats.dropped(DropReason::QueueFull), 7);
     }
 }

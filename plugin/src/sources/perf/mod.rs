@@ -48,6 +48,19 @@ impl DecodeLog {
         }
         self.logged += 1;
     }
+
+    /// Records one line over the length cap (`head` is its start); warns like [`Self::bad_line`].
+    pub fn too_long(&mut self, line_no: u64, head: &[u8]) {
+        if self.logged < LOGGED_BAD_LINES {
+            tracing::warn!(
+                source = self.source,
+                line_no,
+                max_bytes = crate::sources::lines::MAX_LINE_BYTES,
+                "line longer than the cap skipped"
+            );
+        }
+        self.bad_line(line_no, head);
+    }
 }
 
 /// Rate-limits warnings about events the kernel lost (ring-buffer overruns): the first

@@ -181,6 +181,11 @@ impl LineDecoder for LineSink<'_> {
     fn line(&mut self, line_no: u64, line: &[u8]) {
         self.handle(line_no, line);
     }
+    fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
+        *self.samples += 1;
+        self.stats.add_decode_errors(1);
+        self.log.too_long(line_no, head);
+    }
     fn batcher(&mut self) -> &mut Batcher {
         self.batcher
     }
@@ -288,6 +293,47 @@ dd 9/9 1.000000004: raw_syscalls:sys_enter: NR 1 (0)
         // 20 samples in all: 3 arrived, 5 reported lost, so 12 were lost unreported.
         let stderr = b"Warning:\nProcessed 20 samples and lost 85.00%!\n";
         assert_eq!(read_with_tally(Some(stderr)), (3, 17));
+    }
+
+    /// `perf record | perf script` stopped at shutdown: `perf record` dies by our SIGTERM,
+    /// and the stream still ends cleanly with perf's tally counted.
+    #[test]
+    fn a_stopped_live_capture_still_counts_perfs_tally() {
+        use crate::sources::input::ChildOutput;
+        use std::process::Command;
+        let mut record = Command::new("sh");
+        record.args(["-c", &format!("printf '%s' '{TEXT}'; exec sleep 30")]);
+        let mut script = Command::new("sh");
+        script.args([
+            "-c",
+            "cat; echo 'Processed 20 samples and lost 85.00%!' >&2",
+        ]);
+        let out = ChildOutput::spawn_pipe(record, script, "sh").unwrap();
+        let stopper = out.stopper();
+        let stderr = out.stderr_tail();
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = PerfScriptReader::new(out, Arch::X86_64, stats.clone())
+            .live()
+            .with_tool_stderr(stderr);
+        let calls = |b: &EventBatch| {
+            b.events
+                .iter()
+                .filter(|e| e.kind != faultline_engine::EventKind::Lost)
+                .count()
+        };
+        let mut arrived = 0;
+        while arrived < 3 {
+            arrived += calls(&r.next_batch().unwrap().expect("the capture's events"));
+        }
+        assert_eq!(stopper.terminate(), 1);
+        while let Some(b) = r
+            .next_batch()
+            .expect("a clean end, not `sh failed (signal: 15)`")
+        {
+            arrived += calls(&b);
+        }
+        assert_eq!(arrived, 3);
+        assert_eq!(stats.dropped(DropReason::KernelLost), 17);
     }
 
     #[test]

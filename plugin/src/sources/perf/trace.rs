@@ -24,6 +24,7 @@ use super::batcher::{Batcher, Owner};
 use super::{DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
+use crate::sources::lines::read_line_capped;
 use crate::sources::{BatchReader, SourceError};
 
 /// Source name in metric labels and batches.
@@ -185,6 +186,8 @@ pub struct PerfTraceReader<R> {
     batcher: Batcher,
     stats: Arc<SourceStats>,
     line: Vec<u8>,
+    /// The current line passed the length cap (see [`read_line_capped`]).
+    overlong: bool,
     line_no: u64,
     bytes: u64,
     eof: bool,
@@ -200,6 +203,7 @@ impl<R: BufRead + Send> PerfTraceReader<R> {
             batcher: Batcher::new(SOURCE, stats.clone()),
             stats,
             line: Vec::with_capacity(512),
+            overlong: false,
             line_no: 0,
             bytes: 0,
             eof: false,
@@ -232,13 +236,12 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
                 return Ok(None);
             }
             self.line.clear();
-            let n = self
-                .input
-                .read_until(b'\n', &mut self.line)
-                .map_err(|source| SourceError::Io {
+            let n = read_line_capped(&mut self.input, &mut self.line, &mut self.overlong).map_err(
+                |source| SourceError::Io {
                     what: "perf trace input".into(),
                     source,
-                })?;
+                },
+            )?;
             if n == 0 {
                 self.eof = true;
                 self.batcher.flush_all();
@@ -246,6 +249,11 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
             }
             self.bytes += n as u64;
             self.line_no += 1;
+            if std::mem::take(&mut self.overlong) {
+                self.stats.add_decode_errors(1);
+                self.log.too_long(self.line_no, &self.line);
+                continue;
+            }
             match parse_trace_line(&self.line) {
                 TraceParsed::Call(l) => {
                     let syscall = std::str::from_utf8(l.name)
@@ -284,6 +292,28 @@ mod tests {
             TraceParsed::Call(c) => c,
             other => panic!("{line:?} gave {other:?}"),
         }
+    }
+
+    #[test]
+    fn an_over_long_line_is_skipped_and_counted() {
+        let call = "884666.297 ( 0.005 ms): ls/12973 mmap(len: 8192) = 0x7f\n";
+        let mut text = call.as_bytes().to_vec();
+        text.extend(std::iter::repeat_n(
+            b'x',
+            2 * crate::sources::lines::MAX_LINE_BYTES,
+        ));
+        text.extend_from_slice(b"\n");
+        text.extend_from_slice(call.as_bytes());
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let input = std::io::BufReader::with_capacity(4096, &text[..]);
+        let mut r = PerfTraceReader::new(input, stats.clone());
+        let mut events = 0;
+        while let Some(b) = r.next_batch().unwrap() {
+            events += b.events.len();
+        }
+        assert_eq!(events, 2);
+        assert_eq!(stats.decode_errors(), 1);
+        assert!(r.line.capacity() <= crate::sources::lines::MAX_LINE_BYTES);
     }
 
     #[test]

@@ -1,0 +1,40 @@
+//! Test doubles for the pipeline's tests.
+
+use faultline_engine::report::{Calibration, EngineCounters};
+use faultline_engine::{Params, Report, SyscallEvent};
+
+use crate::engine_host::{EngineHost, EngineKind, HostError};
+
+/// An engine that fails every `ingest` (as a guest that traps on each batch) and
+/// answers every other call with nothing.
+pub(crate) struct FailingIngest;
+
+impl EngineHost for FailingIngest {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+    fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn ingest(&mut self, _: &str, _: &[SyscallEvent]) -> Result<(), HostError> {
+        Err(HostError::Encode("refused by the test double".into()))
+    }
+    fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
+        Ok(None)
+    }
+    fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
+        Ok(Vec::new())
+    }
+    fn finish(&mut self) -> Result<Vec<Report>, HostError> {
+        Ok(Vec::new())
+    }
+    fn calibrate(&mut self, _: &str, _: Option<u64>) -> Result<Option<Calibration>, HostError> {
+        Ok(None)
+    }
+    fn counters(&mut self) -> Result<EngineCounters, HostError> {
+        Ok(EngineCounters::default())
+    }
+    fn state_bytes(&mut self) -> Result<usize, HostError> {
+        Ok(0)
+    }
+}
