@@ -296,6 +296,35 @@ fn pipeline_counters_and_engine_timings_are_exported() {
 }
 
 #[test]
+fn records_the_engine_left_out_for_their_time_are_exported() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (mut sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    // What an engine reports after a wild timestamp and a clock that jumped back.
+    let mut e = faultline_engine::Engine::new(Params::default()).expect("valid");
+    let at =
+        |ts| faultline_engine::SyscallEvent::complete(1, 1, faultline_engine::SyscallId(1), ts, 5);
+    let hour = faultline_engine::clock_screen::MAX_CLOCK_JUMP_NS;
+    e.ingest("db", &[at(10 * hour)]);
+    e.ingest("db", &[at(u64::MAX)]);
+    let back: Vec<_> = (0..64).map(|i| at(hour + i)).collect();
+    e.ingest("db", &back);
+    sink.observe_engine_counters(&e.counters());
+
+    let text = exporter.encode().unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_engine_irregular_records_total{kind="clock_outlier"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, "faultline_engine_clock_resets_total"),
+        Some(1.0)
+    );
+}
+
+#[test]
 fn dropped_events_help_lists_every_reason() {
     let telemetry = Arc::new(Telemetry::default());
     let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);

@@ -550,6 +550,7 @@ impl Collector for SeriesCollector {
                 ("out_of_order", engine.out_of_order),
                 ("across_loss", engine.pairs_across_loss),
                 ("reserved_syscall_id", engine.reserved_syscall_ids),
+                ("clock_outlier", engine.clock_outliers),
             ]
             .into_iter()
             .map(|(k, v)| (vec![("kind", k)], v)),
@@ -571,6 +572,12 @@ impl Collector for SeriesCollector {
             "faultline_engine_dropped_targets",
             "Targets the engine refused because analysis.max_targets was reached",
             engine.dropped_targets,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_clock_resets",
+            "Targets restarted because their events' clock jumped back by more than an hour",
+            engine.clock_resets,
         )?;
         Ok(())
     }
