@@ -375,3 +375,58 @@ fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
     );
     assert!(!log.iter().any(|l| l.contains("did not stop in time")));
 }
+
+/// A live perf capture whose process exits ends on its own: the agent goes on serving,
+/// but it watches nothing. `/healthz` and `faultline_source_up` must say so, where a log
+/// line alone said it before.
+#[test]
+fn a_live_capture_that_ends_on_its_own_shows_in_healthz_and_source_up() {
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let mut brief = Command::new("sleep").arg("4").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
+             [sources.perf]\nenabled = true\npids = [{}]\n\
+             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n",
+            brief.id()
+        ),
+    )
+    .unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    let up = |addr| {
+        let (_, body) = http(addr, "GET", "/metrics");
+        sample(&body, r#"faultline_source_up{source="perf"}"#)
+    };
+    // The sources start once the endpoint listens.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while up(run.addr).is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(up(run.addr), Some(1.0));
+    assert_eq!(http(run.addr, "GET", "/healthz"), (200, "ok\n".to_owned()));
+    // perf record -p ends once its only process has exited.
+    let _ = brief.wait();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while up(run.addr) != Some(0.0) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert_eq!(up(run.addr), Some(0.0), "{log:#?}");
+    let (status, body) = http(run.addr, "GET", "/healthz");
+    assert_eq!(status, 503, "{body}");
+    assert!(body.contains("live source ended: perf"), "{body}");
+    assert!(
+        log.iter().any(|l| l.contains("capture ended on its own")),
+        "{log:#?}"
+    );
+    // Shutting down after it is still clean.
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+}

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::queue::BatchSender;
 use super::runner::RunError;
-use super::telemetry::{SourceStats, Telemetry};
+use super::telemetry::{SourceRun, SourceStats, Telemetry};
 use crate::config::{Config, ConfigError, ReplayFormat};
 use crate::model::EventBatch;
 use crate::sources::child::ChildStopper;
@@ -26,12 +26,15 @@ pub struct PullSource {
     pub task: JoinHandle<()>,
     /// Stops the processes feeding it (live tools); empty for files.
     producers: ChildStopper,
+    stats: Arc<SourceStats>,
 }
 
 impl PullSource {
     /// Asks the source to end: terminates its live tools (the reader then drains what was
     /// captured and sees the end of the stream); file sources stop at their next batch.
     pub fn stop(&self) {
+        // First, so the capture's end reads as our stop, not as the source going down.
+        self.stats.set_run(SourceRun::Stopped);
         self.producers.terminate();
     }
 }
@@ -134,40 +137,58 @@ fn spawn_pull(
     stop: &Arc<AtomicBool>,
     name: &'static str,
 ) -> PullSource {
-    let sender = BatchSender::new(tx.clone(), stats);
-    let stop = if producers.is_empty() {
-        Some(stop.clone())
-    } else {
-        None
-    };
-    let task = tokio::task::spawn_blocking(move || pull(reader, &sender, stop.as_deref(), name));
-    PullSource { task, producers }
+    let live = !producers.is_empty();
+    stats.set_running(live);
+    let sender = BatchSender::new(tx.clone(), stats.clone());
+    let stop = if live { None } else { Some(stop.clone()) };
+    let end = stats.clone();
+    let task = tokio::task::spawn_blocking(move || {
+        let why = pull(reader, &sender, stop.as_deref(), name);
+        end.set_run(why);
+        if end.is_down() {
+            tracing::error!(
+                "the live {name} capture ended on its own: its targets are no longer watched \
+                 (/healthz reports it; restart faultline once the cause is fixed)"
+            );
+        }
+    });
+    PullSource {
+        task,
+        producers,
+        stats,
+    }
 }
 
 /// Pull source loop: backpressure (a full queue) slows the reader instead of dropping.
+/// Returns how it ended.
 fn pull(
     mut reader: Box<dyn BatchReader>,
     sender: &BatchSender,
     stop: Option<&AtomicBool>,
     name: &str,
-) {
+) -> SourceRun {
     let mut batches = 0u64;
-    while !stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+    let why = loop {
+        if stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            break SourceRun::Stopped;
+        }
         match reader.next_batch() {
             Ok(Some(b)) => {
+                // Closed only when the engine side is shutting down.
                 if sender.blocking_send(b).is_err() {
-                    break;
+                    break SourceRun::Stopped;
                 }
                 batches += 1;
             }
-            Ok(None) => break,
+            Ok(None) => break SourceRun::Ended,
             Err(e) => {
                 tracing::error!(error = %e, "{name} source failed");
-                break;
+                break SourceRun::Failed;
             }
         }
-    }
+    };
     tracing::info!(batches, "{name} source finished");
+    why
 }
 
 /// Live sources trace this machine, so syscall numbers are this machine's.

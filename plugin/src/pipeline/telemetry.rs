@@ -1,7 +1,7 @@
 //! Counters every component bumps so nothing is lost silently; the Prometheus and OTLP
 //! sinks read them. Lock-free atomics because sources bump them per event on hot paths.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why an event was dropped (a closed set, so metric label values stay bounded).
@@ -50,6 +50,34 @@ impl DropReason {
     }
 }
 
+/// Where a pull source's reading loop is: a live capture that ends while faultline runs
+/// leaves its targets unwatched, which `/healthz` and `faultline_source_up` must show
+/// (the log line alone was easy to miss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum SourceRun {
+    /// Not a pull source (OTLP listeners), or not started yet.
+    Untracked,
+    /// Reading.
+    Running,
+    /// Its input ended: expected for files, not for a live capture.
+    Ended,
+    /// Its input failed (the error is in the log).
+    Failed,
+    /// Stopped by faultline's own shutdown.
+    Stopped,
+}
+
+impl SourceRun {
+    const ALL: [SourceRun; 5] = [
+        SourceRun::Untracked,
+        SourceRun::Running,
+        SourceRun::Ended,
+        SourceRun::Failed,
+        SourceRun::Stopped,
+    ];
+}
+
 /// Counters of one source.
 #[derive(Debug)]
 pub struct SourceStats {
@@ -57,6 +85,10 @@ pub struct SourceStats {
     received: AtomicU64,
     decode_errors: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
+    /// A [`SourceRun`] as its index.
+    run: AtomicU8,
+    /// Whether the source is a live capture (its end is a fault, not the end of a file).
+    live: AtomicU8,
 }
 
 impl SourceStats {
@@ -66,7 +98,37 @@ impl SourceStats {
             received: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             dropped: Default::default(),
+            run: AtomicU8::new(0),
+            live: AtomicU8::new(0),
         }
+    }
+    /// The reading loop started; `live`: a capture that should run as long as faultline.
+    pub fn set_running(&self, live: bool) {
+        self.live.store(u8::from(live), Ordering::Relaxed);
+        self.set_run(SourceRun::Running);
+    }
+    /// The reading loop is over, for `why`. A stop already recorded stays: the capture
+    /// ending is then the stop's doing.
+    pub fn set_run(&self, why: SourceRun) {
+        let _ = self
+            .run
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                (now != SourceRun::Stopped as u8 || why == SourceRun::Running).then_some(why as u8)
+            });
+    }
+    pub fn run(&self) -> SourceRun {
+        let i = self.run.load(Ordering::Relaxed) as usize;
+        SourceRun::ALL
+            .get(i)
+            .copied()
+            .unwrap_or(SourceRun::Untracked)
+    }
+    pub fn is_live(&self) -> bool {
+        self.live.load(Ordering::Relaxed) != 0
+    }
+    /// A live capture that is no longer reading although nobody stopped it.
+    pub fn is_down(&self) -> bool {
+        self.is_live() && matches!(self.run(), SourceRun::Ended | SourceRun::Failed)
     }
     pub fn add_received(&self, n: u64) {
         self.received.fetch_add(n, Ordering::Relaxed);
@@ -125,5 +187,37 @@ impl Telemetry {
     }
     pub fn guest_traps(&self) -> u64 {
         self.guest_traps.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_live_capture_ending_by_itself_is_down() {
+        let live = SourceStats::new("perf");
+        assert_eq!(live.run(), SourceRun::Untracked);
+        live.set_running(true);
+        assert!(!live.is_down());
+        live.set_run(SourceRun::Ended);
+        assert!(live.is_down());
+        live.set_running(true);
+        live.set_run(SourceRun::Failed);
+        assert!(live.is_down());
+
+        // Our own stop comes first; the capture's end that follows is the stop's doing.
+        let stopped = SourceStats::new("lttng");
+        stopped.set_running(true);
+        stopped.set_run(SourceRun::Stopped);
+        stopped.set_run(SourceRun::Ended);
+        assert_eq!(stopped.run(), SourceRun::Stopped);
+        assert!(!stopped.is_down());
+
+        // A file read to its end is done, not down.
+        let file = SourceStats::new("replay");
+        file.set_running(false);
+        file.set_run(SourceRun::Ended);
+        assert!(!file.is_down());
     }
 }

@@ -88,11 +88,18 @@ async fn report(State(s): State<HttpState>, Query(q): Query<ReportQuery>) -> Res
     Json(reports).into_response()
 }
 
+/// 200 `ok` while the engine runs and every live capture reads; else 503 naming what
+/// is down (a capture that ended leaves its targets unwatched: a liveness probe should see it).
 async fn healthz(State(s): State<HttpState>) -> Response {
-    if s.engine_alive.load(Ordering::Relaxed) {
+    if !s.engine_alive.load(Ordering::Relaxed) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped\n").into_response();
+    }
+    let down = s.exporter.sources_down();
+    if down.is_empty() {
         (StatusCode::OK, "ok\n").into_response()
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "engine stopped\n").into_response()
+        let msg = format!("live source ended: {}\n", down.join(", "));
+        (StatusCode::SERVICE_UNAVAILABLE, msg).into_response()
     }
 }
 

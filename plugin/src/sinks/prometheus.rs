@@ -28,7 +28,7 @@ use crate::config::PrometheusSinkConfig;
 use crate::model::EventBatch;
 use crate::pipeline::latest::LatestReports;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
-use crate::pipeline::telemetry::{DropReason, Telemetry};
+use crate::pipeline::telemetry::{DropReason, SourceRun, Telemetry};
 
 /// The OpenMetrics content type Prometheus negotiates for.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -96,6 +96,17 @@ pub struct PrometheusExporter {
 }
 
 impl PrometheusExporter {
+    /// Live captures that stopped reading although nobody stopped them (for `/healthz`).
+    pub fn sources_down(&self) -> Vec<&'static str> {
+        self.shared
+            .telemetry
+            .sources()
+            .iter()
+            .filter(|s| s.is_down())
+            .map(|s| s.name)
+            .collect()
+    }
+
     /// Exports the engine queue's fill level; a weak handle, so scrapes never keep the
     /// queue open during shutdown.
     pub fn watch_queue(&self, queue: WeakSender<EventBatch>) {
@@ -513,6 +524,19 @@ impl Collector for SeriesCollector {
             sources
                 .iter()
                 .map(|s| (vec![("source", s.name)], s.decode_errors())),
+        )?;
+        gauges(
+            &mut enc,
+            names::SOURCE_UP,
+            "1 while a live capture (perf record, an LTTng live session) reads, 0 once it ended, failed or was stopped: at 0 while faultline runs, its targets are not watched",
+            sources.iter().filter(|s| s.is_live()).filter_map(|s| {
+                let up = match s.run() {
+                    SourceRun::Untracked => return None,
+                    SourceRun::Running => 1.0,
+                    SourceRun::Ended | SourceRun::Failed | SourceRun::Stopped => 0.0,
+                };
+                Some((vec![("source", s.name)], up))
+            }),
         )?;
         counter(
             &mut enc,
