@@ -449,3 +449,32 @@ async fn pushes_metrics_and_verdict_logs_over_grpc() {
 async fn pushes_metrics_and_verdict_logs_over_http() {
     push_and_check(OtlpProtocol::Http).await;
 }
+
+/// A collector that is down: every export fails, and each failure is counted per signal
+/// (the SDK itself neither retries nor reports it anywhere faultline's metrics show).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_to_a_collector_that_is_down_are_counted() {
+    use faultline::pipeline::telemetry::OtlpSignal;
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let telemetry = Arc::new(Telemetry::default());
+    let cfg = OtlpSinkConfig {
+        endpoint: Some(format!("http://127.0.0.1:{port}")),
+        protocol: OtlpProtocol::Http,
+        interval_seconds: 60,
+        timeout_seconds: 2,
+        ..OtlpSinkConfig::default()
+    };
+    let sink = OtlpSink::start(cfg, telemetry.clone()).expect("sink starts");
+    sink.publish(&report("db", Verdict::External, 0.75));
+    assert_eq!(telemetry.otlp_export_failures(OtlpSignal::Metrics), 0);
+    let flushed = tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+        .await
+        .expect("shutdown finishes");
+    assert!(flushed.is_err(), "the final push cannot succeed");
+    assert!(telemetry.otlp_export_failures(OtlpSignal::Metrics) >= 1);
+    assert!(telemetry.otlp_export_failures(OtlpSignal::Logs) >= 1);
+}

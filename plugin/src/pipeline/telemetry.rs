@@ -150,12 +150,32 @@ impl SourceStats {
     }
 }
 
+/// Which OTLP signal the push sink exported (the `signal` label of its failures).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpSignal {
+    Metrics,
+    Logs,
+}
+
+impl OtlpSignal {
+    pub const ALL: [OtlpSignal; 2] = [OtlpSignal::Metrics, OtlpSignal::Logs];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OtlpSignal::Metrics => "metrics",
+            OtlpSignal::Logs => "logs",
+        }
+    }
+}
+
 /// Process-wide registry of component counters, shared by `Arc`.
 #[derive(Debug, Default)]
 pub struct Telemetry {
     sources: Mutex<Vec<Arc<SourceStats>>>,
     guest_restarts: AtomicU64,
     guest_traps: AtomicU64,
+    /// Failed exports of the OTLP push sink, by [`OtlpSignal`].
+    otlp_export_failures: [AtomicU64; 2],
 }
 
 impl Telemetry {
@@ -187,6 +207,13 @@ impl Telemetry {
     }
     pub fn guest_traps(&self) -> u64 {
         self.guest_traps.load(Ordering::Relaxed)
+    }
+    /// Counts one failed export; returns the count so far.
+    pub fn add_otlp_export_failure(&self, signal: OtlpSignal) -> u64 {
+        self.otlp_export_failures[signal as usize].fetch_add(1, Ordering::Relaxed) + 1
+    }
+    pub fn otlp_export_failures(&self, signal: OtlpSignal) -> u64 {
+        self.otlp_export_failures[signal as usize].load(Ordering::Relaxed)
     }
 }
 

@@ -4,4 +4,5 @@ pub mod http;
 pub mod jsonl;
 pub mod names;
 pub mod otlp;
+pub mod otlp_failures;
 pub mod prometheus;

@@ -32,6 +32,8 @@ pub const EVENTS_DROPPED: &str = "faultline_events_dropped";
 pub const DECODE_ERRORS: &str = "faultline_decode_errors";
 /// Gauge, per live capture: 1 while it reads, 0 once it ended, failed or was stopped.
 pub const SOURCE_UP: &str = "faultline_source_up";
+/// Counter, by `signal`.
+pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 /// Counter.
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
 /// Counter.

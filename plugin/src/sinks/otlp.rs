@@ -27,6 +27,7 @@ use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 
 use super::names::{self, thread_states};
+use super::otlp_failures::{Counted, ExportFailures};
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -224,6 +225,10 @@ impl OtlpSink {
             .with_service_name(cfg.service_name.clone())
             .with_attributes([KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))])
             .build();
+        // Failed exports are counted (the SDK neither retries nor tells).
+        let failures = Arc::new(ExportFailures::new(telemetry.clone()));
+        let metric_exporter = Counted::new(metric_exporter, failures.clone());
+        let log_exporter = Counted::new(log_exporter, failures);
         let reader = PeriodicReader::builder(metric_exporter)
             .with_interval(Duration::from_secs(cfg.interval_seconds.max(1)))
             .build();

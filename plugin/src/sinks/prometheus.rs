@@ -28,7 +28,7 @@ use crate::config::PrometheusSinkConfig;
 use crate::model::EventBatch;
 use crate::pipeline::latest::LatestReports;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
-use crate::pipeline::telemetry::{DropReason, SourceRun, Telemetry};
+use crate::pipeline::telemetry::{DropReason, OtlpSignal, SourceRun, Telemetry};
 
 /// The OpenMetrics content type Prometheus negotiates for.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -524,6 +524,17 @@ impl Collector for SeriesCollector {
             sources
                 .iter()
                 .map(|s| (vec![("source", s.name)], s.decode_errors())),
+        )?;
+        counters(
+            &mut enc,
+            names::OTLP_EXPORT_FAILURES,
+            "Exports of the OTLP push sink that failed (collector down or refusing, timeout), by signal; their data is lost: the SDK does not retry",
+            OtlpSignal::ALL.into_iter().map(|s| {
+                (
+                    vec![("signal", s.as_str())],
+                    shared.telemetry.otlp_export_failures(s),
+                )
+            }),
         )?;
         gauges(
             &mut enc,
