@@ -40,14 +40,19 @@ def start_plugin(binary, out_dir, target):
         )
     proc = subprocess.Popen([binary, "run", "--config", config], stdout=subprocess.DEVNULL,
                             stderr=open(os.path.join(out_dir, "otlp.log"), "w"))
-    for _ in range(100):
+    # A debug build compiles the WASM engine with an unoptimised Cranelift: seconds when
+    # idle, over 10 s on a busy 2-core machine (a CI run once timed out at 10 s).
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://{METRICS}/healthz", timeout=1).read()
             return proc, reports
         except OSError:
+            if proc.poll() is not None:
+                break
             time.sleep(0.1)
     proc.kill()
-    raise RuntimeError("faultline run did not start (see otlp.log)")
+    raise RuntimeError("faultline run did not start within 60 s or exited (see otlp.log)")
 
 
 def metric(name):
