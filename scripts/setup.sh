@@ -9,6 +9,8 @@ command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v zstd >/dev/null 2>&1 || need_apt+=(zstd)
 command -v perf >/dev/null 2>&1 || need_apt+=(linux-perf)
+# plugin/tests/source_perf.rs checks perf's syscall counts against strace's (weaker check without).
+command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 command -v lttng-syscallstats >/dev/null 2>&1 || need_apt+=(python3-lttnganalyses)
 # The real-world harness (integration-tests/realworld): servers, load generators, fault tools.
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql)

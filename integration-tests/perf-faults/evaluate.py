@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Runs `faultline analyze` on every case of the real MariaDB fault traces
-(/work/shared/traces/perf-faults) and prints the Markdown accuracy table against each
+(<traces>/perf-faults, <traces> as integration-tests/prometheus/shared_traces.py finds it:
+$FAULTLINE_TRACES, else ../shared/traces beside the repository, else /work/shared/traces)
+and prints the Markdown accuracy table against each
 case's truth.json — the same evaluation as the real-world harness
 (integration-tests/realworld/rw/diagnose.py), on traces recorded elsewhere.
 
@@ -17,14 +19,16 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "realworld"))
+sys.path.insert(0, os.path.join(HERE, "..", "prometheus"))
 
 from rw import diagnose  # noqa: E402
+import shared_traces  # noqa: E402
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bin", default=os.path.join(HERE, "../../target/release/faultline"))
-    ap.add_argument("--cases", default=os.path.join(HERE, "../../../shared/traces/perf-faults"))
+    ap.add_argument("--cases", default=str(shared_traces.root() / "perf-faults"))
     ap.add_argument("--mode", choices=["continuous", "on_demand", "calibrated"], default=None,
                     help="one mode (default: all three)")
     ap.add_argument("extra", nargs="*", help="extra arguments for analyze (e.g. --set alpha_seconds=1)")

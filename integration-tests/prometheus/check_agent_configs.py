@@ -9,7 +9,8 @@ match real `perf script` output, fails only on the customer's host. Checks:
   * the Vector sink posts OTLP (codec otlp) to faultline's /v1/logs and the scrape targets
     faultline's metrics address;
   * the Vector remap's regex parses every line of a real perf-script trace (when the shared
-    traces are present) and yields the fields faultline's OTLP mapping needs.
+    traces are present: shared_traces.py; a failure when absent under
+    FAULTLINE_REQUIRE_TRACES=1) and yields the fields faultline's OTLP mapping needs.
 Exit 0 = pass, 1 = a check failed, 77 = skipped (PyYAML missing).
 """
 
@@ -19,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import shared_traces
+
 try:
     import yaml
 except ImportError:
@@ -26,7 +29,7 @@ except ImportError:
     sys.exit(77)
 
 REPO = Path(__file__).resolve().parents[2]
-TRACE = REPO.parent / "shared" / "traces" / "perf-faults" / "mariadb_cpu_cap" / "trace.txt.zst"
+TRACE = shared_traces.root() / "perf-faults" / "mariadb_cpu_cap" / "trace.txt.zst"
 FAILURES = []
 
 
@@ -75,7 +78,9 @@ def vrl_regex_on_real_lines(vrl):
     for name in ("pid", "tid", "secs", "nanos", "phase", "nr", "ret"):
         check(name in rx.groupindex, f"vector: remap regex lacks group {name}")
     if not TRACE.exists() or not shutil.which("zstd"):
-        print(f"NOTE: {TRACE} or the zstd program is absent: regex NOT tried on a real trace")
+        absent = f"{TRACE} or the zstd program is absent: regex NOT tried on a real trace"
+        check(not shared_traces.required(), f"{absent} (FAULTLINE_REQUIRE_TRACES is set)")
+        print(f"NOTE: {absent}")
         return
     lines = subprocess.run(f"zstd -dc '{TRACE}' | head -n 20000", shell=True, check=True,
                            capture_output=True, text=True).stdout.splitlines()
@@ -83,6 +88,7 @@ def vrl_regex_on_real_lines(vrl):
     check(not bad, f"vector: remap regex misses {len(bad)} of {len(lines)} real lines, e.g. {bad[:2]}")
     exits = [rx.match(l) for l in lines if "sys_exit" in l]
     check(all(m and m.group("ret") is not None for m in exits), "vector: regex loses sys_exit return values")
+    check(lines, f"vector: no lines decompressed from {TRACE}")
     print(f"vector remap regex parses {len(lines)} real perf-script lines")
 
 

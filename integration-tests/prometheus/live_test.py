@@ -5,8 +5,8 @@ Why: promtool unit tests prove the rules on hand-written series; this proves the
 running faultline really exports. It
 
   1. starts one `faultline run` per case on free loopback ports, each replaying a real fault
-     trace (../shared/traces/perf-faults/<case>; by default mariadb_cpu_cap, an external
-     fault, and mariadb_lock_tables, an internal one),
+     trace (<traces>/perf-faults/<case>, <traces> found by shared_traces.py; by default
+     mariadb_cpu_cap, an external fault, and mariadb_lock_tables, an internal one),
   2. starts the real Prometheus server (1 s scrapes, the repo's recording and alerting rules
      with every `for:` shortened to 1 s) scraping all of them,
   3. for each faultline, waits for its final report (GET /report) and checks that the alert
@@ -23,7 +23,7 @@ running faultline really exports. It
 `--stand-in` replaces faultline with a static metrics file served by python's http.server
 (only to check this harness itself; it proves nothing about faultline).
 Exit status 0 = pass; 77 = skipped (a required program or the traces are missing; printed
-loudly).
+loudly; missing traces fail instead under FAULTLINE_REQUIRE_TRACES=1).
 """
 
 import argparse
@@ -43,6 +43,7 @@ import urllib.request
 from pathlib import Path
 
 import dashboard_queries
+import shared_traces
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "config" / "prometheus" / "rules"
@@ -382,7 +383,7 @@ def main():
     if not Path(args.prometheus_bin).exists():
         print(f"SKIPPED: no Prometheus server at {args.prometheus_bin} (apt-get install prometheus)", file=sys.stderr)
         return SKIP
-    traces = REPO.parent / "shared" / "traces" / "perf-faults"
+    traces = shared_traces.root() / "perf-faults"
     args.cases = [Path(c) for c in (args.cases or [traces / c for c in DEFAULT_CASES])]
     if not args.stand_in:
         if not Path(args.faultline).exists():
@@ -390,6 +391,10 @@ def main():
             return SKIP
         missing = [str(c) for c in args.cases if not (c / "truth.json").exists()]
         if missing:
+            if shared_traces.required():
+                print(f"FAIL: no trace case at {', '.join(missing)} (FAULTLINE_REQUIRE_TRACES is set)",
+                      file=sys.stderr)
+                return 1
             print(f"SKIPPED: no trace case at {', '.join(missing)}", file=sys.stderr)
             return SKIP
 

@@ -25,6 +25,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
+import shared_traces
 from live_test import free_port, http_get, wait_until, log
 
 HERE = Path(__file__).resolve().parent
@@ -35,7 +36,7 @@ SKIP = 77
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--faultline", default=str(REPO / "target" / "debug" / "faultline"))
-    ap.add_argument("--trace", default=str(REPO.parent / "shared" / "traces" / "perf-faults" / "mariadb_cpu_cap" / "trace.txt.zst"))
+    ap.add_argument("--trace", default=str(shared_traces.root() / "perf-faults" / "mariadb_cpu_cap" / "trace.txt.zst"))
     ap.add_argument("--lines", type=int, default=5000, help="perf-script lines to push through")
     ap.add_argument("--target-dir", default=os.path.join(tempfile.gettempdir(), "faultline-vector-remap-target"))
     args = ap.parse_args()

@@ -40,6 +40,9 @@
 //! what the huge pages give); `FAULTLINE_WASM_PERFMAP=1` lets
 //! `perf record` name the guest's JIT-compiled functions.
 
+#[path = "../tests/common/traces.rs"]
+mod traces;
+
 use std::hint::black_box;
 use std::process::Command;
 use std::sync::Arc;
@@ -65,11 +68,16 @@ const RSS_CHILD_ENV: &str = "FL_BENCH_RSS_CHILD";
 const WARM_ENV: &str = "FL_BENCH_WARM";
 /// `FL_BENCH_QUICK=1`: only the first case, once, no RSS children (for quick comparisons).
 const QUICK_ENV: &str = "FL_BENCH_QUICK";
-/// The real trace of the last case (skipped when missing).
-const REAL_TRACE: &str = "/work/shared/traces/perf-faults/mariadb_cpu_cap/trace.txt.zst";
+/// The real trace of the last case (skipped when missing; the shared traces directory is
+/// found as the tests find it: `tests/common/traces.rs`).
+fn real_trace() -> std::path::PathBuf {
+    traces::root().join("perf-faults/mariadb_cpu_cap/trace.txt.zst")
+}
 /// A real LTTng kernel trace with thousands of threads (8 CPUs; skipped when missing or
 /// when babeltrace2 is not installed).
-const REAL_LTTNG: &str = "/work/shared/traces/lttng/many-threads";
+fn real_lttng() -> std::path::PathBuf {
+    traces::root().join("lttng/many-threads")
+}
 /// Target name of the synthetic streams.
 const SYNTH_TARGET: &str = "bench";
 
@@ -141,15 +149,15 @@ impl Case {
     /// The real trace as the perf source batches it (per process, ≤ 1 s of trace time).
     fn real() -> Option<Self> {
         let stats = Arc::new(SourceStats::new("perf"));
-        let reader =
-            PerfScriptReader::open(std::path::Path::new(REAL_TRACE), Arch::X86_64, stats).ok()?;
+        let reader = PerfScriptReader::open(&real_trace(), Arch::X86_64, stats).ok()?;
         Self::decoded("real", "real", reader)
     }
 
     /// The real LTTng trace as the LTTng source batches it (babeltrace2 + parse, before timing).
     fn real_lttng() -> Option<Self> {
         let stats = Arc::new(SourceStats::new("lttng"));
-        let reader = faultline::sources::lttng::open(REAL_LTTNG, Arch::X86_64, stats).ok()?;
+        let reader =
+            faultline::sources::lttng::open(real_lttng().to_str()?, Arch::X86_64, stats).ok()?;
         Self::decoded("lttng", "LTTng", reader)
     }
 
@@ -533,7 +541,11 @@ fn main() {
     let mut digests = Vec::new();
     for make in cases() {
         let Some(case) = make() else {
-            println!("| real | SKIPPED: {REAL_TRACE} or {REAL_LTTNG} unreadable | | | | | | | | |");
+            println!(
+                "| real | SKIPPED: {} or {} unreadable | | | | | | | | |",
+                real_trace().display(),
+                real_lttng().display()
+            );
             continue;
         };
         if codec.0.is_nan() {

@@ -7,6 +7,9 @@
 //! 3. Per-syscall statistics of an LTTng trace: faultline vs `lttng-syscallstats`
 //!    (time ratio and whether the counts agree).
 
+#[path = "../tests/common/traces.rs"]
+mod traces;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::path::Path;
@@ -19,7 +22,10 @@ use faultline::sources::perf::PerfScriptReader;
 use faultline::sources::BatchReader;
 use faultline_engine::syscalls::Arch;
 
-const PERF_TRACE: &str = "/work/shared/traces/perf-faults/mariadb_control/trace.txt.zst";
+/// The shared traces directory is found as the tests find it (`tests/common/traces.rs`).
+fn perf_trace() -> std::path::PathBuf {
+    traces::root().join("perf-faults/mariadb_control/trace.txt.zst")
+}
 
 fn main() {
     // `cargo bench --bench sources -- perf` runs only the perf part (cargo adds `--bench`).
@@ -39,8 +45,11 @@ fn main() {
 }
 
 fn bench_perf_script() {
-    let Ok(file) = std::fs::File::open(PERF_TRACE) else {
-        println!("| perf-script | SKIPPED: {PERF_TRACE} missing |");
+    let Ok(file) = std::fs::File::open(perf_trace()) else {
+        println!(
+            "| perf-script | SKIPPED: {} missing |",
+            perf_trace().display()
+        );
         return;
     };
     let mut text = Vec::new();
@@ -80,11 +89,16 @@ mod lttng {
     use faultline_engine::{EventKind, SyscallId};
     use std::collections::HashMap;
 
-    const TRACE: &str = "/work/shared/traces/lttng/many-threads";
+    fn trace() -> String {
+        super::traces::root()
+            .join("lttng/many-threads")
+            .to_string_lossy()
+            .into_owned()
+    }
 
     pub fn bench_all() {
-        if !Path::new(TRACE).is_dir() {
-            println!("| lttng | SKIPPED: {TRACE} missing |");
+        if !Path::new(&trace()).is_dir() {
+            println!("| lttng | SKIPPED: {} missing |", trace());
             return;
         }
         let Some(bt_secs) = time_babeltrace() else {
@@ -115,7 +129,7 @@ mod lttng {
         // The whole source as deployed: babeltrace2 child + parsing, concurrently.
         let stats = Arc::new(SourceStats::new("lttng"));
         let start = Instant::now();
-        let Ok(mut r) = source::open(TRACE, Arch::X86_64, stats.clone()) else {
+        let Ok(mut r) = source::open(&trace(), Arch::X86_64, stats.clone()) else {
             println!("| lttng source | SKIPPED: cannot start babeltrace2 |");
             return;
         };
@@ -139,7 +153,7 @@ mod lttng {
         for _ in 0..2 {
             let start = Instant::now();
             let ok = Command::new("babeltrace2")
-                .args(["--clock-seconds", "--no-delta", TRACE])
+                .args(["--clock-seconds", "--no-delta", &trace()])
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .status()
@@ -155,7 +169,7 @@ mod lttng {
 
     fn babeltrace_text() -> Option<Vec<u8>> {
         let out = Command::new("babeltrace2")
-            .args(["--clock-seconds", "--no-delta", TRACE])
+            .args(["--clock-seconds", "--no-delta", &trace()])
             .output()
             .ok()?;
         out.status.success().then_some(out.stdout)
@@ -186,7 +200,7 @@ mod lttng {
     fn compare_syscallstats(batches: &[EventBatch], ours_secs: f64) {
         let Ok(dir) = tempfile::tempdir() else { return };
         let kernel = dir.path().join("kernel");
-        if copy_dir(Path::new(TRACE), &kernel).is_err() {
+        if copy_dir(Path::new(&trace()), &kernel).is_err() {
             println!("| lttng-syscallstats | SKIPPED: cannot copy trace |");
             return;
         }

@@ -1,21 +1,11 @@
 //! `faultline analyze` and `faultline calibrate` on the real recorded traces: the JSON
 //! schema operators script against, on-demand triggering, and clear failures on bad input.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[path = "common/traces.rs"]
+mod traces;
 
-fn shared() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/traces");
-    if p.is_dir() {
-        Some(p)
-    } else {
-        eprintln!(
-            "!!!!! SKIPPED: {} is missing (the shared traces sit beside the clone)",
-            p.display()
-        );
-        None
-    }
-}
+use std::path::Path;
+use std::process::{Command, Output};
 
 fn faultline(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_faultline"))
@@ -31,8 +21,9 @@ fn truth(case: &Path) -> serde_json::Value {
 
 #[test]
 fn json_output_has_the_documented_schema_in_the_trace_clock() {
-    let Some(shared) = shared() else { return };
-    let case = shared.join("perf-faults/mariadb_cpu_cap");
+    let Some(case) = traces::get("perf-faults/mariadb_cpu_cap") else {
+        return;
+    };
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
     let out = faultline(&[
         "analyze", "--input", &input, "--target", "mariadbd", "--format", "json",
@@ -88,8 +79,9 @@ fn json_output_has_the_documented_schema_in_the_trace_clock() {
 
 #[test]
 fn trigger_diagnoses_around_the_alarm_time() {
-    let Some(shared) = shared() else { return };
-    let case = shared.join("perf-faults/mariadb_row_lock");
+    let Some(case) = traces::get("perf-faults/mariadb_row_lock") else {
+        return;
+    };
     let t = truth(&case);
     let alarm = t["fault_start_ns"].as_u64().unwrap() + 10_000_000_000;
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
@@ -124,8 +116,9 @@ fn trigger_diagnoses_around_the_alarm_time() {
 
 #[test]
 fn calibrate_prints_config_that_check_config_accepts() {
-    let Some(shared) = shared() else { return };
-    let case = shared.join("perf-faults/mariadb_cpu_cap");
+    let Some(case) = traces::get("perf-faults/mariadb_cpu_cap") else {
+        return;
+    };
     let t = truth(&case);
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
     let start = t["fault_start_ns"].as_u64().unwrap().to_string();

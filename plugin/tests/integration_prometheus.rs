@@ -6,6 +6,9 @@
 //! a developer machine without Prometheus still runs the rest; CI installs them
 //! (`apt-get install prometheus`, `pip install pyyaml`).
 
+#[path = "common/traces.rs"]
+mod traces;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -261,31 +264,82 @@ fn python(test: &str, args: &[&str]) -> Option<Output> {
 #[test]
 fn agent_configs_reference_defined_components_and_parse_real_perf_lines() {
     let script = repo().join("integration-tests/prometheus/check_agent_configs.py");
+    // The script finds the trace the same way (FAULTLINE_TRACES, then beside the repo).
+    let trace = traces::get("perf-faults/mariadb_cpu_cap/trace.txt.zst");
     let Some(out) = python("agent configs", &[&script.to_string_lossy()]) else {
         return;
     };
     assert!(out.status.success(), "{}", show(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let zstd = installed("zstd", "/usr/bin/zstd").is_some();
+    if trace.is_some() && zstd {
+        // "vector remap regex parses N real perf-script lines", N > 0.
+        let parsed = stdout
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix("vector remap regex parses ")?
+                    .strip_suffix(" real perf-script lines")?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .unwrap_or(0);
+        assert!(
+            parsed > 0,
+            "no real perf-script lines parsed:\n{}",
+            show(&out)
+        );
+    } else {
+        assert!(stdout.contains("regex NOT tried"), "{}", show(&out));
+        skip(
+            "agent configs: the remap regex on real perf-script lines",
+            "the trace or zstd is missing",
+        );
+    }
 }
 
 /// The live test: two real `faultline run`s, each replaying a real fault trace (a CPU cap and
 /// a table lock), scraped by the real Prometheus server with the shipped rules; the alert of
 /// each faultline's verdict must fire with its report's hint and top syscall, every
 /// dashboard query must return data, and FaultlineDown must fire once they stop (~35 s).
+/// With `--require-truth` each verdict must also be its case's truth (external for the CPU
+/// cap, internal for the table lock), so both diagnosis alerts are seen firing.
 #[test]
 fn live_prometheus_alerts_and_dashboard_follow_faultline() {
     let script = repo().join("integration-tests/prometheus/live_test.py");
+    // The script's default cases; it finds them the same way.
+    for case in ["mariadb_cpu_cap", "mariadb_lock_tables"] {
+        if traces::get(&format!("perf-faults/{case}/truth.json")).is_none() {
+            return;
+        }
+    }
     let Some(out) = python(
         "live Prometheus test",
         &[
             &script.to_string_lossy(),
             "--faultline",
             env!("CARGO_BIN_EXE_faultline"),
+            "--require-truth",
         ],
     ) else {
         return;
     };
     assert!(out.status.success(), "{}", show(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
+    for alert in ["FaultlineExternalFault", "FaultlineInternalFault"] {
+        assert!(
+            stdout.contains(&format!("{alert} firing:")),
+            "{alert} never fired: {stdout}"
+        );
+    }
+    for case in ["mariadb_cpu_cap", "mariadb_lock_tables"] {
+        let said = format!("{case}: faultline's verdict");
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.contains(&said) && l.contains("agrees with truth.json")),
+            "{case}: verdict not checked against its truth: {stdout}"
+        );
+    }
     assert!(stdout.contains("0 failed"), "dashboard queries: {stdout}");
     assert!(stdout.contains("FaultlineDown firing"), "{stdout}");
 }

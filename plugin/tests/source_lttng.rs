@@ -1,5 +1,9 @@
 //! The LTTng source on the two real shared traces, checked against babeltrace2's own output,
-//! plus malformed inputs. Needs `babeltrace2` (skips loudly without it).
+//! plus malformed inputs. Needs `babeltrace2` (skips loudly without it) and the traces
+//! (`common/traces.rs`: skipped loudly when missing, failed under FAULTLINE_REQUIRE_TRACES=1).
+
+#[path = "common/traces.rs"]
+mod traces;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
@@ -12,8 +16,6 @@ use faultline::sources::lttng::{self, LttngCounters, LttngTextReader};
 use faultline::sources::{BatchReader, SourceError};
 use faultline_engine::syscalls::Arch;
 use faultline_engine::{EventKind, SyscallId};
-
-const TRACES: &str = "/work/shared/traces/lttng";
 
 fn babeltrace_text(dir: &Path) -> Option<String> {
     let out = Command::new("babeltrace2")
@@ -30,11 +32,7 @@ fn babeltrace_text(dir: &Path) -> Option<String> {
 }
 
 fn trace(name: &str) -> Option<(std::path::PathBuf, String)> {
-    let dir = Path::new(TRACES).join(name);
-    if !dir.is_dir() {
-        eprintln!("\n!!!!! SKIPPED: {dir:?} missing !!!!!\n");
-        return None;
-    }
+    let dir = traces::get(&format!("lttng/{name}"))?;
     babeltrace_text(&dir).map(|t| (dir, t))
 }
 
@@ -334,10 +332,9 @@ fn broken_inputs_give_clear_errors() {
     }
 
     // A truncated CTF trace (a stream file cut short).
-    let src = Path::new(TRACES).join("bug446190");
-    if !src.is_dir() {
+    let Some(src) = traces::get("lttng/bug446190") else {
         return;
-    }
+    };
     let cut = writable_copy(&src);
     let stream = cut.path().join("channel0_0");
     let len = std::fs::metadata(&stream).unwrap().len();
