@@ -12,7 +12,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::queue::BatchReceiver;
-use super::report_sink::ReportSink;
+use super::report_sink::{ReportSink, SinkError};
 use super::router::Router;
 use super::telemetry::{DropReason, Telemetry};
 use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
@@ -63,6 +63,9 @@ pub struct EngineTask {
     counters_fetched: Option<Instant>,
     triggers: TriggerWait,
     engine_warnings: WarnLimit,
+    /// One per sink (same order): a sink that fails on every report (a full disk) would
+    /// otherwise log once per report, and one sink's failures must not hide another's.
+    sink_warnings: Vec<WarnLimit>,
 }
 
 enum Wake {
@@ -86,6 +89,13 @@ impl EngineTask {
         for (name, p) in target_params {
             engine.set_target_params(&name, p)?;
         }
+        for s in &sinks {
+            telemetry.register_sink(s.name());
+        }
+        let sink_warnings = sinks
+            .iter()
+            .map(|_| WarnLimit::new(ENGINE_WARN_EVERY))
+            .collect();
         Ok(Self {
             engine,
             router,
@@ -97,6 +107,7 @@ impl EngineTask {
             counters_fetched: None,
             triggers: TriggerWait::new(trigger_wait),
             engine_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
+            sink_warnings,
         })
     }
 
@@ -316,18 +327,18 @@ impl EngineTask {
                 impact_factor = r.impact_factor,
                 "report"
             );
-            for s in &mut self.sinks {
+            for (s, warnings) in self.sinks.iter_mut().zip(&mut self.sink_warnings) {
                 if let Err(e) = s.publish(r) {
-                    tracing::warn!(error = %e, "sink failed to publish a report");
+                    sink_failed(&self.telemetry, s.name(), warnings, &e, "publish a report");
                 }
             }
         }
     }
 
     fn flush(&mut self) {
-        for s in &mut self.sinks {
+        for (s, warnings) in self.sinks.iter_mut().zip(&mut self.sink_warnings) {
             if let Err(e) = s.flush() {
-                tracing::warn!(error = %e, "sink failed to flush");
+                sink_failed(&self.telemetry, s.name(), warnings, &e, "flush");
             }
         }
     }
@@ -341,6 +352,24 @@ impl EngineTask {
                 "engine call failed (batches it lost: faultline_events_dropped_total{{reason=\"engine_error\"}})"
             );
         }
+    }
+}
+
+/// Counts a sink's failure and warns about it, rate-limited.
+fn sink_failed(
+    telemetry: &Telemetry,
+    sink: &'static str,
+    warnings: &mut WarnLimit,
+    e: &SinkError,
+    what: &str,
+) {
+    telemetry.add_sink_error(sink);
+    if let Some(suppressed) = warnings.occurred(Instant::now()) {
+        tracing::warn!(
+            error = %e,
+            suppressed,
+            "sink failed to {what} (failures: faultline_sink_errors_total{{sink=\"{sink}\"}})"
+        );
     }
 }
 
@@ -482,6 +511,66 @@ mod tests {
         );
         let answer = rt.block_on(answer).expect("reply sent");
         assert!(matches!(answer, Ok(None)), "{answer:?}");
+    }
+
+    /// A sink that fails every report.
+    struct Refusing;
+
+    impl ReportSink for Refusing {
+        fn name(&self) -> &'static str {
+            "refusing"
+        }
+        fn publish(&mut self, _: &Report) -> Result<(), SinkError> {
+            Err(SinkError {
+                sink: "refusing",
+                message: "disk full".into(),
+            })
+        }
+    }
+
+    /// A sink that takes every report.
+    struct Taking;
+
+    impl ReportSink for Taking {
+        fn name(&self) -> &'static str {
+            "taking"
+        }
+        fn publish(&mut self, _: &Report) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn each_failed_publish_is_counted_against_its_sink() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let telemetry = Arc::new(Telemetry::default());
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let task = EngineTask::new(
+            engine,
+            Router::new(&[], 4),
+            Vec::new(),
+            vec![Box::new(Refusing), Box::new(Taking)],
+            telemetry.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        )
+        .expect("task");
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(1);
+        rt.block_on(tx.send(batch(1, 0, 30))).expect("queue open");
+        rt.block_on(tx.send(batch(2, 0, 30))).expect("queue open");
+        drop(tx);
+        drop(cmd_tx);
+        let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+        assert!(summary.reports >= 1, "at least the final report");
+        assert_eq!(
+            telemetry.sink_errors(),
+            vec![("refusing", summary.reports), ("taking", 0)]
+        );
     }
 
     #[test]

@@ -156,6 +156,8 @@ pub struct Telemetry {
     sources: Mutex<Vec<Arc<SourceStats>>>,
     guest_restarts: AtomicU64,
     guest_traps: AtomicU64,
+    /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
+    sink_errors: Mutex<Vec<(&'static str, u64)>>,
 }
 
 impl Telemetry {
@@ -187,6 +189,29 @@ impl Telemetry {
     }
     pub fn guest_traps(&self) -> u64 {
         self.guest_traps.load(Ordering::Relaxed)
+    }
+    /// Makes `sink`'s error counter exist at 0, so an alert on its rate has a series to
+    /// watch before the first failure.
+    pub fn register_sink(&self, sink: &'static str) {
+        self.add_sink_errors(sink, 0);
+    }
+    /// `sink` failed to publish a report or to flush.
+    pub fn add_sink_error(&self, sink: &'static str) {
+        self.add_sink_errors(sink, 1);
+    }
+    fn add_sink_errors(&self, sink: &'static str, n: u64) {
+        let mut v = self.sink_errors.lock().unwrap_or_else(|e| e.into_inner());
+        match v.iter_mut().find(|(name, _)| *name == sink) {
+            Some((_, count)) => *count += n,
+            None => v.push((sink, n)),
+        }
+    }
+    /// Each registered sink's failures so far, in registration order.
+    pub fn sink_errors(&self) -> Vec<(&'static str, u64)> {
+        self.sink_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 
