@@ -141,6 +141,22 @@ fn calibrate_prints_config_that_check_config_accepts() {
         toml.contains("alpha_seconds = ") && toml.contains("beta_seconds = "),
         "{toml}"
     );
+    // `calibrate … | head -1`: the reader went away, which is no failure.
+    let closed = faultline_into_closed_pipe(&[
+        "calibrate",
+        "--input",
+        &input,
+        "--target",
+        "mariadbd",
+        "--fault-start-ns",
+        &start,
+    ]);
+    assert!(
+        closed.status.success(),
+        "{:?}: {}",
+        closed.status,
+        String::from_utf8_lossy(&closed.stderr)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let file = dir.path().join("calibrated.toml");
     std::fs::write(&file, &toml).expect("write");
@@ -206,5 +222,44 @@ fn bad_inputs_fail_with_a_clear_message() {
             "{args:?}: expected `{expected}` in: {stderr}"
         );
         assert!(!stderr.contains("panicked"), "{args:?} panicked: {stderr}");
+    }
+}
+
+/// Runs faultline with a stdout pipe whose reading end is already closed, as under
+/// `faultline … | head -1` once head has exited.
+fn faultline_into_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(args)
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("run faultline")
+}
+
+#[test]
+fn a_closed_stdout_is_not_a_crash() {
+    let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let input = format!("perf:{}", data.join("perf_script_mariadb.txt").display());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(&cfg, "[pipeline]\nqueue_capacity = 8\n").expect("write");
+    for args in [
+        vec!["analyze", "--input", &input, "--no-progress"],
+        vec![
+            "analyze",
+            "--input",
+            &input,
+            "--no-progress",
+            "--format",
+            "json",
+        ],
+        vec!["check-config", cfg.to_str().expect("utf-8 path")],
+    ] {
+        let out = faultline_into_closed_pipe(&args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {:?}\n{stderr}", out.status);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
     }
 }

@@ -430,3 +430,81 @@ fn a_live_capture_that_ends_on_its_own_shows_in_healthz_and_source_up() {
     let status = wait_exit(&mut run.child, Duration::from_secs(30));
     assert!(status.success(), "exit status {status}");
 }
+
+/// Waits for a stderr line containing `needle`; the lines seen are returned either way.
+fn wait_log(run: &run_support::Running, needle: &str, within: Duration) -> Vec<String> {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        if let Ok(line) = run.log.recv_timeout(Duration::from_millis(100)) {
+            let found = line.contains(needle);
+            seen.push(line);
+            if found {
+                return seen;
+            }
+        }
+    }
+    panic!("no log line with `{needle}`: {seen:#?}");
+}
+
+#[test]
+fn sighup_shuts_down_like_sigterm_with_the_final_reports() {
+    let mut run = start(
+        &["run"],
+        &[
+            ("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:0"),
+            ("FAULTLINE_SOURCES__OTLP__ENABLED", "false"),
+            ("FAULTLINE_ENGINE__KIND", "native"),
+        ],
+    );
+    signal(&run.child, "-HUP");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert!(status.success(), "exit status {status}: {log:#?}");
+    assert!(
+        log.iter().any(|l| l.contains("SIGHUP received")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("engine finished")),
+        "the orderly shutdown ran: {log:#?}"
+    );
+}
+
+#[test]
+fn a_second_signal_during_a_slow_shutdown_exits_at_once() {
+    use std::os::unix::process::ExitStatusExt;
+    // A collector that accepts connections and never answers: the final OTLP push hangs
+    // until the OTel SDK gives up (5 s, its own shutdown limit), while the second signal
+    // follows the first within milliseconds. Without the forced exit, the run ends with
+    // status 1 (the failed push) instead.
+    let black_hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", black_hole.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[engine]\nkind = \"native\"\n[pipeline]\nshutdown_timeout_seconds = 600\n\
+             [sources.otlp]\nenabled = false\n\
+             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n\
+             [sinks.otlp]\nenabled = true\nprotocol = \"http\"\nendpoint = \"{endpoint}\"\n\
+             timeout_seconds = 600\ninterval_seconds = 600\n"
+        ),
+    )
+    .unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    signal(&run.child, "-TERM");
+    let mut log = wait_log(&run, "shutting down", Duration::from_secs(30));
+    signal(&run.child, "-INT");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    log.extend(run.log.try_iter());
+    assert_eq!(status.code(), Some(130), "{status:?}: {log:#?}");
+    assert_eq!(status.signal(), None, "exited, not killed");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("SIGINT received during shutdown: exiting at once")),
+        "{log:#?}"
+    );
+    drop(black_hole);
+}

@@ -69,3 +69,66 @@ fn each_report_is_one_flushed_line_that_round_trips() {
         .count();
     assert_eq!(n, 3);
 }
+
+/// A writer that takes `budget` more bytes, then fails one write and recovers.
+#[derive(Clone, Default)]
+struct Flaky {
+    data: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+    budget: std::sync::Arc<std::sync::Mutex<Option<usize>>>,
+}
+
+impl std::io::Write for Flaky {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut budget = self.budget.lock().unwrap();
+        let n = match *budget {
+            None => buf.len(),
+            Some(0) => {
+                *budget = None;
+                return Err(std::io::Error::other("disk full"));
+            }
+            Some(b) => {
+                let n = b.min(buf.len());
+                *budget = Some(b - n);
+                n
+            }
+        };
+        self.data.lock().unwrap().extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_write_never_joins_the_next_report_to_its_fragment() {
+    let out = Flaky::default();
+    let mut sink = JsonLinesSink::new(Box::new(out.clone()));
+    let reports: Vec<Report> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|t| report(t, Verdict::External))
+        .collect();
+    sink.publish(&reports[0]).expect("a written");
+    // b: 100 bytes go out, then the write fails mid-line.
+    *out.budget.lock().unwrap() = Some(100);
+    assert!(sink.publish(&reports[1]).is_err());
+    sink.publish(&reports[2]).expect("c written");
+    // d: fails before writing anything, so no fragment and no extra line.
+    *out.budget.lock().unwrap() = Some(0);
+    assert!(sink.publish(&reports[3]).is_err());
+    sink.publish(&reports[4]).expect("e written");
+
+    let text = String::from_utf8(out.data.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 4, "{text}");
+    let b_json = serde_json::to_string(&reports[1]).unwrap();
+    assert_eq!(lines[1], &b_json[..100], "b's fragment alone on its line");
+    for (line, want) in [
+        (lines[0], &reports[0]),
+        (lines[2], &reports[2]),
+        (lines[3], &reports[4]),
+    ] {
+        let got: Report = serde_json::from_str(line).expect("a whole report per line");
+        assert_eq!(&got, want);
+    }
+}

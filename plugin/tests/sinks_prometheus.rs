@@ -230,6 +230,10 @@ fn pipeline_counters_and_engine_timings_are_exported() {
     otlp.add_decode_errors(3);
     otlp.add_dropped(DropReason::QueueFull, 17);
     telemetry.add_guest_restart();
+    telemetry.register_sink("json");
+    telemetry.register_sink("otlp");
+    telemetry.add_sink_error("json");
+    telemetry.add_sink_error("json");
     sink.observe_engine_call(0.003);
     sink.observe_engine_call(0.5);
 
@@ -263,6 +267,15 @@ fn pipeline_counters_and_engine_timings_are_exported() {
         Some(0.0)
     );
     assert_eq!(sample(&text, "faultline_guest_restarts_total"), Some(1.0));
+    assert_eq!(
+        sample(&text, r#"faultline_sink_errors_total{sink="json"}"#),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_sink_errors_total{sink="otlp"}"#),
+        Some(0.0),
+        "a sink's counter exists before its first failure"
+    );
     assert_eq!(
         sample(&text, "faultline_analysis_duration_seconds_count"),
         Some(2.0)

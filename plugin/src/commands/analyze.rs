@@ -91,8 +91,7 @@ pub fn run(args: &AnalyzeArgs) -> anyhow::Result<()> {
             Format::Text => render_text(t, &mut stdout),
         }
     }
-    print!("{stdout}");
-    Ok(())
+    super::write_stdout(&stdout)
 }
 
 /// The analysis of every target in the input.

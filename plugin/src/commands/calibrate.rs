@@ -29,17 +29,16 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
     for target in &targets {
         match engine.calibrate(target, args.fault_start_ns).context("calibration")? {
             Some(c) => {
-                println!(
-                    "# calibrated from {} ({} affected threads, window {:.3}–{:.3} s; largest onset of the busy threads {:.3} s, {} far-out straggler(s) left out)",
+                let block = format!(
+                    "# calibrated from {} ({} affected threads, window {:.3}–{:.3} s; largest onset of the busy threads {:.3} s, {} far-out straggler(s) left out)\n",
                     args.offline.input.path.display(),
                     c.affected_threads,
                     c.window_start_ns as f64 / 1e9,
                     c.window_end_ns as f64 / 1e9,
                     c.measured_alpha_seconds,
                     c.stragglers
-                );
-                println!(
-                    "[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n[targets.analysis]\nmin_active_calls = {}\ndirect_within_calls = {}\n",
+                ) + &format!(
+                    "[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n[targets.analysis]\nmin_active_calls = {}\ndirect_within_calls = {}\n\n",
                     c.target,
                     c.target,
                     c.alpha_seconds,
@@ -47,6 +46,9 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
                     c.min_active_calls,
                     c.direct_within_calls
                 );
+                // Written per target, as before, so earlier blocks are out even if a
+                // later calibration fails.
+                super::write_stdout(&block)?;
                 printed += 1;
             }
             None => eprintln!("target {target}: no affected threads found — is there a known external fault in this trace (see --fault-start-ns)?"),

@@ -8,9 +8,7 @@ use crate::config::{self, Config};
 /// Loads and validates `file` (with `FAULTLINE_…__…` overrides), prints a short summary.
 pub fn run(file: &Path) -> anyhow::Result<()> {
     let cfg = config::load(Some(file)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    println!("{}: OK", file.display());
-    print!("{}", summary(&cfg));
-    Ok(())
+    super::write_stdout(&format!("{}: OK\n{}", file.display(), summary(&cfg)))
 }
 
 /// What `run` would do with this config, one line per aspect.

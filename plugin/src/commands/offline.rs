@@ -141,7 +141,12 @@ pub fn load_params(args: &OfflineArgs) -> anyhow::Result<Params> {
             serde_json::from_str(v).unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
         obj.insert(k.trim().to_string(), parsed);
     }
-    let params: Params = serde_json::from_value(value).context("invalid analysis parameters")?;
+    // Through serde_path_to_error so a wrong type names its key (`alpha_seconds: invalid
+    // type …`), as `[analysis]` errors in a config file do.
+    let params: Params = serde_path_to_error::deserialize(value).map_err(|e| {
+        let key = e.path().to_string();
+        anyhow::anyhow!("invalid analysis parameter `{key}`: {}", e.into_inner())
+    })?;
     params.validate()?;
     Ok(params)
 }
@@ -286,6 +291,35 @@ fn progress_bar(total: u64, disabled: bool) -> Option<ProgressBar> {
 mod tests {
     use super::*;
     use crate::pipeline::test_support::FailingIngest;
+
+    #[test]
+    fn a_parameter_of_the_wrong_type_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("params.toml");
+        std::fs::write(&file, "alpha_seconds = \"soon\"\n").unwrap();
+        let mut args = OfflineArgs {
+            input: InputSpec {
+                kind: InputKind::Perf,
+                path: dir.path().join("trace.txt"),
+            },
+            targets: Vec::new(),
+            arch: Arch::X86_64,
+            params: None,
+            overrides: vec!["beta_seconds=fast".into()],
+            no_progress: true,
+            engine: EngineKind::Native,
+        };
+        let err = load_params(&args)
+            .expect_err("a string for a number")
+            .to_string();
+        assert!(err.contains("`beta_seconds`"), "{err}");
+        args.overrides.clear();
+        args.params = Some(file);
+        let err = load_params(&args)
+            .expect_err("a string for a number")
+            .to_string();
+        assert!(err.contains("`alpha_seconds`"), "{err}");
+    }
 
     #[test]
     fn batches_the_engine_fails_on_are_counted_as_engine_error_drops() {

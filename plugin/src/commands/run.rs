@@ -7,8 +7,8 @@ use anyhow::Context;
 use crate::config;
 use crate::pipeline::runner;
 
-/// Loads the config (built-in defaults without a file), runs until SIGTERM/SIGINT, and
-/// returns once the final reports are flushed.
+/// Loads the config (built-in defaults without a file), runs until SIGTERM, SIGINT or
+/// SIGHUP, and returns once the final reports are flushed.
 pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
     run_with(config_path, None)
 }
@@ -61,16 +61,61 @@ fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on the first SIGTERM or SIGINT. Handlers are installed before returning so a
-/// signal that arrives during startup is not lost.
+/// Resolves on the first SIGTERM, SIGINT or SIGHUP. Handlers are installed before
+/// returning so a signal that arrives during startup is not lost. SIGHUP is a shutdown too:
+/// its default action would kill the process without its final reports (a closed terminal
+/// or a supervisor's hangup). Once shutdown has begun, a second signal exits at once: an
+/// operator who repeats it does not want to wait for the shutdown timeouts.
 async fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?;
-    let mut int = signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?;
+    let mut signals = Signals::install()?;
     Ok(async move {
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
-        }
+        let first = signals.next().await;
+        tracing::info!("{first} received: shutting down (send another signal to exit at once)");
+        tokio::spawn(async move {
+            let second = signals.next().await;
+            tracing::error!(
+                "{second} received during shutdown: exiting at once without waiting for the final reports"
+            );
+            std::process::exit(forced_exit_code(second));
+        });
     })
+}
+
+/// The exit status of a forced exit: 128 + the signal's number, as a shell reports a
+/// process killed by it (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP).
+fn forced_exit_code(signal: &str) -> i32 {
+    128 + match signal {
+        "SIGHUP" => 1,
+        "SIGINT" => 2,
+        _ => 15,
+    }
+}
+
+/// The signals that stop `faultline run`.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("cannot install SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("cannot install SIGINT handler")?,
+            hup: signal(SignalKind::hangup()).context("cannot install SIGHUP handler")?,
+        })
+    }
+
+    /// The next signal's name; never resolves once the runtime is going away (`recv`
+    /// returns `None` then, which is no signal).
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            Some(()) = self.term.recv() => "SIGTERM",
+            Some(()) = self.int.recv() => "SIGINT",
+            Some(()) = self.hup.recv() => "SIGHUP",
+            else => std::future::pending().await,
+        }
+    }
 }

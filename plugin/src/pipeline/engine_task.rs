@@ -12,7 +12,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::queue::BatchReceiver;
-use super::report_sink::ReportSink;
+use super::report_sink::{ReportSink, SinkError};
 use super::router::Router;
 use super::telemetry::{DropReason, Telemetry};
 use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
@@ -24,6 +24,10 @@ use crate::model::EventBatch;
 const COUNTERS_EVERY: Duration = Duration::from_secs(1);
 /// A failing engine fails on every batch: after the first, one warning per this interval.
 pub const ENGINE_WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// Commands taken between two batches at most, so a flood of triggers cannot starve the
+/// data path either (the rest are taken after the next batch).
+const COMMANDS_PER_BATCH: usize = 16;
 
 /// Requests to the engine thread from outside the data path (HTTP handlers).
 #[derive(Debug)]
@@ -59,6 +63,9 @@ pub struct EngineTask {
     counters_fetched: Option<Instant>,
     triggers: TriggerWait,
     engine_warnings: WarnLimit,
+    /// One per sink (same order): a sink that fails on every report (a full disk) would
+    /// otherwise log once per report, and one sink's failures must not hide another's.
+    sink_warnings: Vec<WarnLimit>,
 }
 
 enum Wake {
@@ -82,6 +89,13 @@ impl EngineTask {
         for (name, p) in target_params {
             engine.set_target_params(&name, p)?;
         }
+        for s in &sinks {
+            telemetry.register_sink(s.name());
+        }
+        let sink_warnings = sinks
+            .iter()
+            .map(|_| WarnLimit::new(ENGINE_WARN_EVERY))
+            .collect();
         Ok(Self {
             engine,
             router,
@@ -93,6 +107,7 @@ impl EngineTask {
             counters_fetched: None,
             triggers: TriggerWait::new(trigger_wait),
             engine_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
+            sink_warnings,
         })
     }
 
@@ -127,7 +142,16 @@ impl EngineTask {
                 }
             });
             match wake {
-                Wake::Batch(Some(b)) => self.ingest(b),
+                Wake::Batch(Some(b)) => {
+                    self.ingest(b);
+                    // The biased select polls commands only when the queue is empty, which
+                    // under load (pull sources keep it full) is never: `/trigger` would time
+                    // out exactly when an alarm fires. Take the pending ones after each batch;
+                    // a trigger ahead of the data still waits for it (`TriggerWait`).
+                    if commands_open {
+                        commands_open = self.pending_commands(&mut commands);
+                    }
+                }
                 Wake::Batch(None) => break,
                 Wake::Command(Some(c)) => self.command(c),
                 Wake::Command(None) => commands_open = false,
@@ -177,6 +201,19 @@ impl EngineTask {
         if !self.triggers.is_empty() {
             self.answer_due();
         }
+    }
+
+    /// Handles up to [`COMMANDS_PER_BATCH`] commands already queued, without waiting;
+    /// false once the command channel is closed.
+    fn pending_commands(&mut self, commands: &mut mpsc::Receiver<EngineCommand>) -> bool {
+        for _ in 0..COMMANDS_PER_BATCH {
+            match commands.try_recv() {
+                Ok(c) => self.command(c),
+                Err(mpsc::error::TryRecvError::Empty) => return true,
+                Err(mpsc::error::TryRecvError::Disconnected) => return false,
+            }
+        }
+        true
     }
 
     fn command(&mut self, c: EngineCommand) {
@@ -290,18 +327,18 @@ impl EngineTask {
                 impact_factor = r.impact_factor,
                 "report"
             );
-            for s in &mut self.sinks {
+            for (s, warnings) in self.sinks.iter_mut().zip(&mut self.sink_warnings) {
                 if let Err(e) = s.publish(r) {
-                    tracing::warn!(error = %e, "sink failed to publish a report");
+                    sink_failed(&self.telemetry, s.name(), warnings, &e, "publish a report");
                 }
             }
         }
     }
 
     fn flush(&mut self) {
-        for s in &mut self.sinks {
+        for (s, warnings) in self.sinks.iter_mut().zip(&mut self.sink_warnings) {
             if let Err(e) = s.flush() {
-                tracing::warn!(error = %e, "sink failed to flush");
+                sink_failed(&self.telemetry, s.name(), warnings, &e, "flush");
             }
         }
     }
@@ -315,6 +352,24 @@ impl EngineTask {
                 "engine call failed (batches it lost: faultline_events_dropped_total{{reason=\"engine_error\"}})"
             );
         }
+    }
+}
+
+/// Counts a sink's failure and warns about it, rate-limited.
+fn sink_failed(
+    telemetry: &Telemetry,
+    sink: &'static str,
+    warnings: &mut WarnLimit,
+    e: &SinkError,
+    what: &str,
+) {
+    telemetry.add_sink_error(sink);
+    if let Some(suppressed) = warnings.occurred(Instant::now()) {
+        tracing::warn!(
+            error = %e,
+            suppressed,
+            "sink failed to {what} (failures: faultline_sink_errors_total{{sink=\"{sink}\"}})"
+        );
     }
 }
 
@@ -353,6 +408,169 @@ mod tests {
             },
             events,
         }
+    }
+
+    /// An engine that queues one more batch (the next second of data) for each batch it
+    /// ingests, up to `limit`, so the queue is never empty before then; it records how
+    /// many batches it had ingested when a trigger reached it.
+    struct Refilling {
+        queue: Option<mpsc::Sender<EventBatch>>,
+        ingested: u64,
+        limit: u64,
+        triggered_after: Arc<std::sync::atomic::AtomicU64>,
+    }
+
+    impl EngineHost for Refilling {
+        fn kind(&self) -> crate::engine_host::EngineKind {
+            crate::engine_host::EngineKind::Native
+        }
+        fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
+            Ok(())
+        }
+        fn ingest(&mut self, _: &str, _: &[SyscallEvent]) -> Result<(), HostError> {
+            let second = self.ingested;
+            self.ingested += 1;
+            if self.ingested >= self.limit {
+                self.queue = None;
+            } else if let Some(q) = &self.queue {
+                q.try_send(batch(1, second + 1, second + 2))
+                    .expect("room for the next batch");
+            }
+            Ok(())
+        }
+        fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
+            self.triggered_after.store(self.ingested, Ordering::Relaxed);
+            Ok(None)
+        }
+        fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
+            Ok(Vec::new())
+        }
+        fn finish(&mut self) -> Result<Vec<Report>, HostError> {
+            Ok(Vec::new())
+        }
+        fn calibrate(
+            &mut self,
+            _: &str,
+            _: Option<u64>,
+        ) -> Result<Option<faultline_engine::report::Calibration>, HostError> {
+            Ok(None)
+        }
+        fn counters(&mut self) -> Result<faultline_engine::report::EngineCounters, HostError> {
+            Ok(Default::default())
+        }
+        fn state_bytes(&mut self) -> Result<usize, HostError> {
+            Ok(0)
+        }
+    }
+
+    #[test]
+    fn a_trigger_is_answered_while_the_queue_stays_full() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let (tx, rx) = queue::bounded(8);
+        let triggered_after = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let limit = 1_000;
+        let engine = Refilling {
+            queue: Some(tx.clone()),
+            ingested: 0,
+            limit,
+            triggered_after: triggered_after.clone(),
+        };
+        let task = EngineTask::new(
+            Box::new(engine),
+            Router::new(&[], 4),
+            Vec::new(),
+            Vec::new(),
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(5),
+            Duration::from_secs(600),
+        )
+        .expect("task");
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        rt.block_on(tx.send(batch(1, 0, 1))).expect("queue open");
+        drop(tx);
+        let (reply, answer) = oneshot::channel();
+        // Ahead of the first batch: the trigger waits until the batch of second 5.
+        rt.block_on(cmd_tx.send(EngineCommand::Trigger {
+            target: "db".into(),
+            at_ns: 5 * SECOND,
+            reply,
+        }))
+        .expect("command queue open");
+        drop(cmd_tx);
+
+        let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+        assert_eq!(summary.batches, limit, "the queue was kept full to the end");
+        assert_eq!(
+            triggered_after.load(Ordering::Relaxed),
+            6,
+            "answered once the data reached the alarm, not when the queue drained"
+        );
+        let answer = rt.block_on(answer).expect("reply sent");
+        assert!(matches!(answer, Ok(None)), "{answer:?}");
+    }
+
+    /// A sink that fails every report.
+    struct Refusing;
+
+    impl ReportSink for Refusing {
+        fn name(&self) -> &'static str {
+            "refusing"
+        }
+        fn publish(&mut self, _: &Report) -> Result<(), SinkError> {
+            Err(SinkError {
+                sink: "refusing",
+                message: "disk full".into(),
+            })
+        }
+    }
+
+    /// A sink that takes every report.
+    struct Taking;
+
+    impl ReportSink for Taking {
+        fn name(&self) -> &'static str {
+            "taking"
+        }
+        fn publish(&mut self, _: &Report) -> Result<(), SinkError> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn each_failed_publish_is_counted_against_its_sink() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let telemetry = Arc::new(Telemetry::default());
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let task = EngineTask::new(
+            engine,
+            Router::new(&[], 4),
+            Vec::new(),
+            vec![Box::new(Refusing), Box::new(Taking)],
+            telemetry.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(20),
+        )
+        .expect("task");
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(1);
+        rt.block_on(tx.send(batch(1, 0, 30))).expect("queue open");
+        rt.block_on(tx.send(batch(2, 0, 30))).expect("queue open");
+        drop(tx);
+        drop(cmd_tx);
+        let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+        assert!(summary.reports >= 1, "at least the final report");
+        assert_eq!(
+            telemetry.sink_errors(),
+            vec![("refusing", summary.reports), ("taking", 0)]
+        );
     }
 
     #[test]

@@ -53,8 +53,10 @@ pub enum RunError {
     Otlp(#[from] otlp::OtlpSourceError),
     #[error("cannot start the OTLP sink: {0}")]
     OtlpSink(String),
-    #[error("shutdown did not complete within {0:?}; reports may be lost")]
-    ShutdownTimeout(Duration),
+    /// Shutdown steps that failed or exceeded `shutdown_timeout_seconds`, in order: the
+    /// exit must not be 0 when final reports or metrics may not have reached their sinks.
+    #[error("shutdown incomplete, reports or metrics may be lost: {}", .0.join("; "))]
+    ShutdownIncomplete(Vec<String>),
 }
 
 /// What a run did, for the final log line and tests.
@@ -128,13 +130,19 @@ pub async fn run(
     shutdown.await;
     tracing::info!("shutting down: stopping sources, draining the queue");
     let limit = Duration::from_secs_f64(cfg.pipeline.shutdown_timeout_seconds);
+    // Every step that fails is logged where it happens and makes the run fail at the end.
+    let mut failed = Vec::new();
+    let mut fail = |what: String| {
+        tracing::warn!("{what}");
+        failed.push(what);
+    };
     stop_sources.store(true, Ordering::Relaxed);
     if let Some(server) = otlp_server {
         server.stop();
         match tokio::time::timeout(limit, server.wait()).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "OTLP receiver stopped with an error"),
-            Err(_) => tracing::warn!("OTLP receiver did not stop in time"),
+            Ok(Err(e)) => fail(format!("OTLP receiver stopped with an error: {e}")),
+            Err(_) => fail(format!("OTLP receiver did not stop in time ({limit:?})")),
         }
     }
     for s in &sources {
@@ -142,7 +150,7 @@ pub async fn run(
     }
     for s in sources {
         if tokio::time::timeout(limit, s.task).await.is_err() {
-            tracing::warn!("a source did not stop in time");
+            fail(format!("a source did not stop in time ({limit:?})"));
         }
     }
     // Last sender gone: the engine thread drains what is queued, finishes and flushes.
@@ -152,12 +160,31 @@ pub async fn run(
         tokio::task::spawn_blocking(move || engine_thread.join()),
     )
     .await;
+    let summary = match joined {
+        Ok(Ok(Ok(summary))) => Some(summary),
+        Ok(_) => {
+            fail("the engine thread panicked; final reports may be missing".into());
+            None
+        }
+        Err(_) => {
+            fail(format!(
+                "the engine did not drain the queue and finish within {limit:?}; final reports may be missing"
+            ));
+            None
+        }
+    };
     // The engine thread has dropped its handle: push the last metrics and verdict logs.
-    if let Some(sink) = sinks.otlp.and_then(Arc::into_inner) {
-        match tokio::time::timeout(limit, sink.shutdown()).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => tracing::warn!(error = %e, "OTLP sink failed to flush"),
-            Err(_) => tracing::warn!("OTLP sink did not flush in time"),
+    if let Some(sink) = sinks.otlp {
+        match Arc::into_inner(sink) {
+            Some(sink) => match tokio::time::timeout(limit, sink.shutdown()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => fail(format!("OTLP sink failed to push its final metrics: {e}")),
+                Err(_) => fail(format!(
+                    "OTLP sink did not push its final metrics within {limit:?}"
+                )),
+            },
+            // The engine thread still runs and holds it: flushing now would race with it.
+            None => fail("OTLP sink not flushed: the engine thread still holds it".into()),
         }
     }
     // The HTTP endpoint stops last, so `/report` showed the final reports until now.
@@ -165,10 +192,9 @@ pub async fn run(
         let _ = stop.send(true);
         let _ = tokio::time::timeout(Duration::from_secs(2), task).await;
     }
-    match joined {
-        Ok(Ok(Ok(summary))) => Ok(RunSummary { engine: summary }),
-        Ok(_) => Err(RunError::Engine("the engine thread panicked".into())),
-        Err(_) => Err(RunError::ShutdownTimeout(limit)),
+    match summary {
+        Some(engine) if failed.is_empty() => Ok(RunSummary { engine }),
+        _ => Err(RunError::ShutdownIncomplete(failed)),
     }
 }
 
@@ -273,5 +299,48 @@ impl ReportSink for SharedOtlpSink {
     ) -> Result<(), super::report_sink::SinkError> {
         self.0.publish(report);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine_host::EngineKind;
+    use crate::sinks::otlp::OtlpProtocol;
+
+    /// No source, no HTTP endpoint, the native engine: a run that ends as soon as asked.
+    fn quiet_config() -> Config {
+        let mut cfg = Config::default();
+        cfg.engine.kind = EngineKind::Native;
+        cfg.sources.otlp.enabled = false;
+        cfg.sinks.prometheus.enabled = false;
+        cfg
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_clean_shutdown_succeeds() {
+        run(quiet_config(), async {}, None)
+            .await
+            .expect("every shutdown step succeeded");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_final_otlp_push_that_fails_fails_the_run() {
+        // A port nobody listens on any more: the final push is refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let mut cfg = quiet_config();
+        cfg.sinks.otlp.enabled = true;
+        cfg.sinks.otlp.exporter.protocol = OtlpProtocol::Http;
+        cfg.sinks.otlp.exporter.endpoint = Some(format!("http://127.0.0.1:{port}"));
+        cfg.sinks.otlp.exporter.timeout_seconds = 1;
+        match run(cfg, async {}, None).await {
+            Err(RunError::ShutdownIncomplete(steps)) => {
+                assert!(steps.iter().any(|s| s.contains("OTLP sink")), "{steps:?}")
+            }
+            other => panic!("expected a failed shutdown, got {other:?}"),
+        }
     }
 }

@@ -176,6 +176,8 @@ pub struct Telemetry {
     guest_traps: AtomicU64,
     /// Failed exports of the OTLP push sink, by [`OtlpSignal`].
     otlp_export_failures: [AtomicU64; 2],
+    /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
+    sink_errors: Mutex<Vec<(&'static str, u64)>>,
 }
 
 impl Telemetry {
@@ -214,6 +216,29 @@ impl Telemetry {
     }
     pub fn otlp_export_failures(&self, signal: OtlpSignal) -> u64 {
         self.otlp_export_failures[signal as usize].load(Ordering::Relaxed)
+    }
+    /// Makes `sink`'s error counter exist at 0, so an alert on its rate has a series to
+    /// watch before the first failure.
+    pub fn register_sink(&self, sink: &'static str) {
+        self.add_sink_errors(sink, 0);
+    }
+    /// `sink` failed to publish a report or to flush.
+    pub fn add_sink_error(&self, sink: &'static str) {
+        self.add_sink_errors(sink, 1);
+    }
+    fn add_sink_errors(&self, sink: &'static str, n: u64) {
+        let mut v = self.sink_errors.lock().unwrap_or_else(|e| e.into_inner());
+        match v.iter_mut().find(|(name, _)| *name == sink) {
+            Some((_, count)) => *count += n,
+            None => v.push((sink, n)),
+        }
+    }
+    /// Each registered sink's failures so far, in registration order.
+    pub fn sink_errors(&self) -> Vec<(&'static str, u64)> {
+        self.sink_errors
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 }
 

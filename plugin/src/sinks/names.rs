@@ -38,6 +38,8 @@ pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
 /// Counter.
 pub const GUEST_TRAPS: &str = "faultline_guest_traps";
+/// Counter, per sink: reports or flushes it failed (exported by the Prometheus sink).
+pub const SINK_ERRORS: &str = "faultline_sink_errors";
 
 /// The label of [`THREADS`] that says which count a series is.
 pub const THREAD_STATE_LABEL: &str = "state";

@@ -561,6 +561,16 @@ impl Collector for SeriesCollector {
             "WASM traps (including out-of-fuel and memory limit) in engine calls",
             shared.telemetry.guest_traps(),
         )?;
+        counters(
+            &mut enc,
+            names::SINK_ERRORS,
+            "Reports a sink failed to publish and flushes that failed, by sink (json, otlp, prometheus, report_store)",
+            shared
+                .telemetry
+                .sink_errors()
+                .into_iter()
+                .map(|(sink, n)| (vec![("sink", sink)], n)),
+        )?;
         counter(
             &mut enc,
             "faultline_engine_events",
