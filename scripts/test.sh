@@ -4,8 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 
-# The real shared traces, found as every test finds them (plugin/tests/common/traces.rs,
-# wasm-guest/tests/common/traces.rs, integration-tests/prometheus/shared_traces.py):
+# The real shared traces, found as every test finds them
+# (wasm-guest/tests/common/traces.rs, integration-tests/prometheus/shared_traces.py):
 # $FAULTLINE_TRACES, else <repo>/../shared/traces, else /work/shared/traces. When they are
 # here, a test whose trace is missing fails instead of skipping (FAULTLINE_REQUIRE_TRACES).
 traces="${FAULTLINE_TRACES:-}"

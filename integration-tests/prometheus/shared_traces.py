@@ -1,4 +1,4 @@
-"""Where the real shared traces are, the same lookup as plugin/tests/common/traces.rs:
+"""Where the real shared traces are, the same lookup as wasm-guest/tests/common/traces.rs:
 $FAULTLINE_TRACES if set, else <repo root>/../shared/traces if it exists, else
 /work/shared/traces. Under FAULTLINE_REQUIRE_TRACES=1 (set by scripts/test.sh when it found
 the traces) a missing trace must fail a check instead of skipping it."""

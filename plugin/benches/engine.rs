@@ -40,7 +40,7 @@
 //! what the huge pages give); `FAULTLINE_WASM_PERFMAP=1` lets
 //! `perf record` name the guest's JIT-compiled functions.
 
-#[path = "../tests/common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::hint::black_box;
@@ -69,7 +69,7 @@ const WARM_ENV: &str = "FL_BENCH_WARM";
 /// `FL_BENCH_QUICK=1`: only the first case, once, no RSS children (for quick comparisons).
 const QUICK_ENV: &str = "FL_BENCH_QUICK";
 /// The real trace of the last case (skipped when missing; the shared traces directory is
-/// found as the tests find it: `tests/common/traces.rs`).
+/// found as the tests find it: `wasm-guest/tests/common/traces.rs`).
 fn real_trace() -> std::path::PathBuf {
     traces::root().join("perf-faults/mariadb_cpu_cap/trace.txt.zst")
 }

@@ -7,7 +7,7 @@
 //! 3. Per-syscall statistics of an LTTng trace: faultline vs `lttng-syscallstats`
 //!    (time ratio and whether the counts agree).
 
-#[path = "../tests/common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,7 +22,7 @@ use faultline::sources::perf::PerfScriptReader;
 use faultline::sources::BatchReader;
 use faultline_engine::syscalls::Arch;
 
-/// The shared traces directory is found as the tests find it (`tests/common/traces.rs`).
+/// The shared traces directory is found as the tests find it (`wasm-guest/tests/common/traces.rs`).
 fn perf_trace() -> std::path::PathBuf {
     traces::root().join("perf-faults/mariadb_control/trace.txt.zst")
 }

@@ -1,7 +1,7 @@
 //! `faultline analyze` and `faultline calibrate` on the real recorded traces: the JSON
 //! schema operators script against, on-demand triggering, and clear failures on bad input.
 
-#[path = "common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::path::Path;

@@ -6,7 +6,7 @@
 //! a developer machine without Prometheus still runs the rest; CI installs them
 //! (`apt-get install prometheus`, `pip install pyyaml`).
 
-#[path = "common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::collections::HashSet;

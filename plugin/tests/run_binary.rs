@@ -2,7 +2,7 @@
 //! engine, on-demand triggers, and a clean SIGTERM shutdown that flushes the final reports.
 
 mod run_support;
-#[path = "common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::path::Path;

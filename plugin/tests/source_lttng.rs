@@ -1,8 +1,8 @@
 //! The LTTng source on the two real shared traces, checked against babeltrace2's own output,
 //! plus malformed inputs. Needs `babeltrace2` (skips loudly without it) and the traces
-//! (`common/traces.rs`: skipped loudly when missing, failed under FAULTLINE_REQUIRE_TRACES=1).
+//! (`wasm-guest/tests/common/traces.rs`: skipped loudly when missing, failed under FAULTLINE_REQUIRE_TRACES=1).
 
-#[path = "common/traces.rs"]
+#[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

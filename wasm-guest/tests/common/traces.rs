@@ -4,8 +4,9 @@
 //! `FAULTLINE_REQUIRE_TRACES=1` (set by `scripts/test.sh` when it found the traces): then it
 //! fails, so CI cannot go green having run nothing real.
 //!
-//! Include with `#[path = "common/traces.rs"] mod traces;` (one copy per test crate;
-//! this is the engine crate's copy of `plugin/tests/common/traces.rs`: keep them equal).
+//! Include with `#[path = "common/traces.rs"] mod traces;` here, and from the plugin's
+//! tests and benches with `#[path = "../../wasm-guest/tests/common/traces.rs"]` (both
+//! crates sit one level below the repo root, so one copy serves both).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
