@@ -463,13 +463,36 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_trigger_is_answered_while_the_queue_stays_full() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
+    fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
             .build()
-            .expect("runtime");
+            .expect("runtime")
+    }
+
+    /// An engine task with no targets configured and `sinks`, triggers held up to `wait`.
+    fn task_with(
+        engine: Box<dyn EngineHost>,
+        sinks: Vec<Box<dyn ReportSink>>,
+        telemetry: Arc<Telemetry>,
+        wait: Duration,
+    ) -> EngineTask {
+        EngineTask::new(
+            engine,
+            Router::new(&[], 4),
+            Vec::new(),
+            sinks,
+            telemetry,
+            Duration::from_secs(5),
+            wait,
+        )
+        .expect("task")
+    }
+
+    #[test]
+    fn a_trigger_is_answered_while_the_queue_stays_full() {
+        let rt = runtime();
         let (tx, rx) = queue::bounded(8);
         let triggered_after = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let limit = 1_000;
@@ -479,16 +502,12 @@ mod tests {
             limit,
             triggered_after: triggered_after.clone(),
         };
-        let task = EngineTask::new(
+        let task = task_with(
             Box::new(engine),
-            Router::new(&[], 4),
-            Vec::new(),
             Vec::new(),
             Arc::new(Telemetry::default()),
-            Duration::from_secs(5),
             Duration::from_secs(600),
-        )
-        .expect("task");
+        );
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         rt.block_on(tx.send(batch(1, 0, 1))).expect("queue open");
         drop(tx);
@@ -542,23 +561,15 @@ mod tests {
 
     #[test]
     fn each_failed_publish_is_counted_against_its_sink() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let telemetry = Arc::new(Telemetry::default());
         let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
-        let task = EngineTask::new(
+        let task = task_with(
             engine,
-            Router::new(&[], 4),
-            Vec::new(),
             vec![Box::new(Refusing), Box::new(Taking)],
             telemetry.clone(),
-            Duration::from_secs(5),
             Duration::from_secs(20),
-        )
-        .expect("task");
+        );
         let (tx, rx) = queue::bounded(8);
         let (cmd_tx, cmd_rx) = mpsc::channel(1);
         rt.block_on(tx.send(batch(1, 0, 30))).expect("queue open");
@@ -575,22 +586,14 @@ mod tests {
 
     #[test]
     fn a_batch_the_engine_fails_on_is_counted_as_an_engine_error_drop() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let telemetry = Arc::new(Telemetry::default());
-        let task = EngineTask::new(
+        let task = task_with(
             Box::new(crate::pipeline::test_support::FailingIngest),
-            Router::new(&[], 4),
-            Vec::new(),
             Vec::new(),
             telemetry.clone(),
-            Duration::from_secs(5),
             Duration::from_secs(20),
-        )
-        .expect("task");
+        );
         let (tx, rx) = queue::bounded(8);
         let (cmd_tx, cmd_rx) = mpsc::channel(1);
         rt.block_on(tx.send(batch(1, 0, 1))).expect("queue open");
@@ -605,22 +608,14 @@ mod tests {
 
     #[test]
     fn a_trigger_ahead_of_the_data_is_answered_once_the_data_reaches_the_alarm() {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("runtime");
+        let rt = runtime();
         let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
-        let task = EngineTask::new(
+        let task = task_with(
             engine,
-            Router::new(&[], 4),
-            Vec::new(),
             Vec::new(),
             Arc::new(Telemetry::default()),
-            Duration::from_secs(5),
             Duration::from_secs(20),
-        )
-        .expect("task");
+        );
         let (tx, rx) = queue::bounded(8);
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         let handle = rt.handle().clone();

@@ -473,6 +473,17 @@ fn target_gauge<F>(
         .build();
 }
 
+/// The points of a state-set gauge: one per `label` value, 1 for the current one.
+fn state_set<const N: usize>(
+    label: &'static str,
+    values: [(&'static str, bool); N],
+) -> Vec<(Vec<KeyValue>, f64)> {
+    values
+        .into_iter()
+        .map(|(v, on)| (vec![KeyValue::new(label, v)], f64::from(u8::from(on))))
+        .collect()
+}
+
 fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry: &Arc<Telemetry>) {
     meter
         .f64_observable_gauge(names::BUILD_INFO)
@@ -538,15 +549,10 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         names::VERDICT,
         "State set: 1 for the target's current verdict (external, internal, none), 0 otherwise",
         |s| {
-            Verdict::ALL
-                .iter()
-                .map(|v| {
-                    (
-                        vec![KeyValue::new("verdict", v.as_str())],
-                        f64::from(u8::from(*v == s.verdict)),
-                    )
-                })
-                .collect()
+            state_set(
+                "verdict",
+                Verdict::ALL.map(|v| (v.as_str(), v == s.verdict)),
+            )
         },
     );
     target_gauge(
@@ -555,15 +561,10 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         names::SUBSYSTEM,
         "State set: 1 for the kernel subsystem the last report's ranking points at",
         |s| {
-            Subsystem::ALL
-                .iter()
-                .map(|v| {
-                    (
-                        vec![KeyValue::new("subsystem", v.as_str())],
-                        f64::from(u8::from(*v == s.subsystem)),
-                    )
-                })
-                .collect()
+            state_set(
+                "subsystem",
+                Subsystem::ALL.map(|v| (v.as_str(), v == s.subsystem)),
+            )
         },
     );
     target_gauge(
