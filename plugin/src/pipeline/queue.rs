@@ -80,6 +80,27 @@ impl BatchSender {
         }
     }
 
+    /// Non-blocking send of `batches` in order until the queue is full; returns the events
+    /// of the batches that did not fit (counted as `queue_full`). For a request that can
+    /// never be taken whole ([`BatchSender::try_send_all`] refuses it on every retry).
+    pub fn try_send_prefix(&self, batches: Vec<EventBatch>) -> Result<u64, SendError> {
+        let mut left = batches.into_iter();
+        for batch in left.by_ref() {
+            let n = batch.events.len() as u64;
+            match self.try_send(batch) {
+                Ok(()) => {}
+                Err(SendError::Full) => {
+                    // `try_send` counted the batch it could not queue; the rest are dropped too.
+                    let rest: u64 = left.map(|b| b.events.len() as u64).sum();
+                    self.stats.add_dropped(DropReason::QueueFull, rest);
+                    return Ok(n + rest);
+                }
+                Err(SendError::Closed) => return Err(SendError::Closed),
+            }
+        }
+        Ok(0)
+    }
+
     /// Batches the queue holds at most.
     pub fn capacity(&self) -> usize {
         self.tx.max_capacity()

@@ -2,16 +2,21 @@
 //! the gRPC and HTTP front ends only translate the result into their status codes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::convert::Decoded;
 use crate::pipeline::queue::{BatchSender, SendError};
 use crate::pipeline::telemetry::DropReason;
+use crate::pipeline::warn_limit::WarnLimit;
 
 /// OTLP-specific tallies that have no slot in [`crate::pipeline::telemetry::SourceStats`].
 #[derive(Debug, Default)]
 pub struct OtlpCounters {
     not_syscall: AtomicU64,
     unused_metric_points: AtomicU64,
+    /// Warnings about requests larger than the engine queue (one per minute at most).
+    oversized: Mutex<Option<WarnLimit>>,
 }
 
 impl OtlpCounters {
@@ -58,22 +63,57 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
         .fetch_add(decoded.unused_metric_points, Ordering::Relaxed);
     let message = decoded.error_message();
     let batches = decoded.batches.len();
+    if batches > sender.capacity() {
+        // Never queueable whole: "retry later" would be refused on every retry and lose
+        // it all. Queue what fits and reject the rest as partial success, which clients
+        // do not retry (so nothing is analysed twice either).
+        return match sender.try_send_prefix(decoded.batches) {
+            Ok(left_out) => {
+                warn_oversized(counters, batches, sender.capacity(), left_out);
+                let why = format!(
+                    "{left_out} records not analysed: the request made {batches} batches \
+                     (one per process and host), more than the engine queue holds ({})",
+                    sender.capacity()
+                );
+                Delivery::Accepted {
+                    rejected: decoded.rejected + left_out,
+                    message: if message.is_empty() {
+                        why
+                    } else {
+                        format!("{message}; {why}")
+                    },
+                }
+            }
+            Err(_) => Delivery::Closed,
+        };
+    }
     match sender.try_send_all(decoded.batches) {
         Ok(()) => Delivery::Accepted {
             rejected: decoded.rejected,
             message,
         },
-        Err(SendError::Full) => {
-            if batches > sender.capacity() {
-                tracing::warn!(
-                    batches,
-                    queue_capacity = sender.capacity(),
-                    "an OTLP request needs more batches than the engine queue holds and can never be queued; raise [pipeline] queue_capacity or send smaller requests"
-                );
-            }
-            Delivery::QueueFull
-        }
+        Err(SendError::Full) => Delivery::QueueFull,
         Err(SendError::Closed) => Delivery::Closed,
+    }
+}
+
+/// Logs, at most once a minute, that a request did not fit the engine queue.
+fn warn_oversized(counters: &OtlpCounters, batches: usize, capacity: usize, left_out: u64) {
+    let mut limit = counters
+        .oversized
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    let limit = limit.get_or_insert_with(|| WarnLimit::new(Duration::from_secs(60)));
+    if let Some(suppressed) = limit.occurred(Instant::now()) {
+        tracing::warn!(
+            batches,
+            queue_capacity = capacity,
+            records_rejected = left_out,
+            suppressed,
+            "an OTLP request made more batches than the engine queue holds: what did not fit \
+             was rejected (partial success); raise [pipeline] queue_capacity or send fewer \
+             processes per request"
+        );
     }
 }
 
@@ -135,5 +175,32 @@ mod tests {
         // Every attempt's events were received, and either queued or dropped.
         assert_eq!(stats.received(), 14);
         assert_eq!(stats.dropped(DropReason::QueueFull), 7);
+    }
+
+    #[test]
+    fn a_request_larger_than_the_queue_is_taken_in_part_not_refused_forever() {
+        let stats = Arc::new(SourceStats::new("otlp_http"));
+        let (tx, mut rx) = queue::bounded(2);
+        let sender = BatchSender::new(tx, stats.clone());
+        let counters = OtlpCounters::default();
+        // Three processes: three batches for a queue of two.
+        let big = Decoded {
+            batches: vec![batch(1, 3), batch(2, 4), batch(3, 5)],
+            events: 12,
+            ..Decoded::default()
+        };
+        match deliver(&sender, &counters, big) {
+            Delivery::Accepted { rejected, message } => {
+                assert_eq!(rejected, 5, "the batch that did not fit, as partial success");
+                assert!(message.contains("more than the engine queue holds"), "{message}");
+            }
+            other => panic!("a retryable answer would be refused on every retry: {other:?}"),
+        }
+        let queued: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|b| b.process.pid)
+            .collect();
+        assert_eq!(queued, [Some(1), Some(2)]);
+        assert_eq!(stats.received(), 12);
+        assert_eq!(stats.dropped(DropReason::QueueFull), 5);
     }
 }
