@@ -10,7 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use faultline_engine::Report;
-use run_support::{http, sample, signal, start, wait_exit};
+use run_support::{http, sample, signal, signal_group, start, wait_exit};
 
 /// `perf script` text: `threads` threads of `mariadbd` each calling read (NR 0) every
 /// 20 ms for `seconds` of trace time, 1 ms per call. Returns (text, events, last ts ns).
@@ -259,6 +259,23 @@ path = "{}"
         std::thread::sleep(Duration::from_millis(500));
     };
     assert!(received > 1000.0, "only {received} events decoded");
+    // A recorded trace read to its end is done, not a live capture gone down.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut log: Vec<String> = Vec::new();
+    while !log.iter().any(|l| l.contains("lttng source finished")) {
+        assert!(
+            Instant::now() < deadline,
+            "the source never finished: {log:#?}"
+        );
+        log.extend(run.log.try_iter());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(http(run.addr, "GET", "/healthz"), (200, "ok\n".to_owned()));
+    let (_, body) = http(run.addr, "GET", "/metrics");
+    assert_eq!(
+        sample(&body, r#"faultline_source_up{source="lttng"}"#),
+        None
+    );
 
     signal(&run.child, "-TERM");
     let status = wait_exit(&mut run.child, Duration::from_secs(30));
@@ -499,4 +516,41 @@ fn a_second_signal_during_a_slow_shutdown_exits_at_once() {
         "{log:#?}"
     );
     drop(black_hole);
+}
+
+/// A Ctrl-C in faultline's terminal reaches its whole process group. The capture tools
+/// run in groups of their own, so only faultline gets it and stops them in order: before,
+/// `perf script` died of the SIGINT, perf record of the broken pipe, and a normal stop
+/// was logged as a failed source (losing what was in the pipe and perf's loss tally).
+#[test]
+fn ctrl_c_to_the_process_group_stops_a_live_perf_capture_cleanly() {
+    if Command::new("perf").arg("--version").output().is_err() {
+        eprintln!("skipped: perf is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
+         [sources.perf]\nenabled = true\ncommand = [\"sleep\", \"120\"]\n\
+         [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n",
+    )
+    .unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    // perf needs a moment to attach.
+    std::thread::sleep(Duration::from_secs(2));
+    signal_group(&run.child, "-INT");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert!(status.success(), "exit status {status}: {log:#?}");
+    assert!(
+        !log.iter()
+            .any(|l| l.contains("source failed") || l.contains("ended on its own")),
+        "{log:#?}"
+    );
+    assert!(
+        log.iter().any(|l| l.contains("perf source finished")),
+        "{log:#?}"
+    );
 }

@@ -76,6 +76,9 @@ async fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = (
             tracing::error!(
                 "{second} received during shutdown: exiting at once without waiting for the final reports"
             );
+            // The capture tools run in their own process groups: stop them, or a quiet
+            // target's perf would outlive faultline.
+            crate::sources::child::terminate_all();
             std::process::exit(forced_exit_code(second));
         });
     })

@@ -149,8 +149,10 @@ pub async fn run(
         s.stop();
     }
     for s in sources {
-        if tokio::time::timeout(limit, s.task).await.is_err() {
-            fail(format!("a source did not stop in time ({limit:?})"));
+        match tokio::time::timeout(limit, s.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => fail(format!("a source task ended abnormally: {e}")),
+            Err(_) => fail(format!("a source did not stop in time ({limit:?})")),
         }
     }
     // Last sender gone: the engine thread drains what is queued, finishes and flushes.

@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::queue::BatchSender;
 use super::runner::RunError;
-use super::telemetry::{SourceRun, SourceStats, Telemetry};
+use super::telemetry::{LiveSource, SourceRun, SourceStats, Telemetry};
 use crate::config::{Config, ConfigError, ReplayFormat};
 use crate::model::EventBatch;
 use crate::sources::child::ChildStopper;
@@ -24,9 +24,10 @@ use crate::sources::{BatchReader, SourceError};
 /// A running pull source.
 pub struct PullSource {
     pub task: JoinHandle<()>,
-    /// Stops the processes feeding it (live tools); empty for files.
+    /// Stops the processes feeding it (live tools, babeltrace2); empty for files.
     producers: ChildStopper,
-    stats: Arc<SourceStats>,
+    /// Its run state, when it is a live capture.
+    live: Option<Arc<LiveSource>>,
 }
 
 impl PullSource {
@@ -34,7 +35,9 @@ impl PullSource {
     /// captured and sees the end of the stream); file sources stop at their next batch.
     pub fn stop(&self) {
         // First, so the capture's end reads as our stop, not as the source going down.
-        self.stats.set_run(SourceRun::Stopped);
+        if let Some(live) = &self.live {
+            live.set_run(SourceRun::Stopped);
+        }
         self.producers.terminate();
     }
 }
@@ -73,6 +76,7 @@ pub fn start_pull_sources(
             stats,
             stop,
             "perf",
+            Some(telemetry),
         ));
     }
     if s.lttng.enabled {
@@ -90,6 +94,8 @@ pub fn start_pull_sources(
             .map_err(|e| source_error("sources.lttng", &e))?;
         tracing::info!(%input, "LTTng source started");
         let producers = reader.get_ref().stopper();
+        // Live only when read from a relay daemon: a recorded trace ends when it is read.
+        let live = s.lttng.relayd_url.is_some().then_some(telemetry);
         handles.push(spawn_pull(
             Box::new(reader),
             producers,
@@ -97,6 +103,7 @@ pub fn start_pull_sources(
             stats,
             stop,
             "lttng",
+            live,
         ));
     }
     if s.replay.enabled {
@@ -121,6 +128,7 @@ pub fn start_pull_sources(
             stats,
             stop,
             "replay",
+            None,
         ));
     }
     Ok(handles)
@@ -128,7 +136,9 @@ pub fn start_pull_sources(
 
 /// Runs a pull source on the blocking pool until its input ends, or `stop` is set for a
 /// source without live `producers` (those end when [`PullSource::stop`] terminates them,
-/// so what they captured up to then still reaches the engine).
+/// so what they captured up to then still reaches the engine). `live`: the telemetry to
+/// register it in when it is a live capture, whose end while faultline runs is a fault.
+#[allow(clippy::too_many_arguments)]
 fn spawn_pull(
     reader: Box<dyn BatchReader>,
     producers: ChildStopper,
@@ -136,16 +146,27 @@ fn spawn_pull(
     stats: Arc<SourceStats>,
     stop: &Arc<AtomicBool>,
     name: &'static str,
+    live: Option<&Arc<Telemetry>>,
 ) -> PullSource {
-    let live = !producers.is_empty();
-    stats.set_running(live);
-    let sender = BatchSender::new(tx.clone(), stats.clone());
-    let stop = if live { None } else { Some(stop.clone()) };
-    let end = stats.clone();
+    let live = live.map(|t| t.start_live(name));
+    let sender = BatchSender::new(tx.clone(), stats);
+    let file_stop = producers.is_empty().then(|| stop.clone());
+    let shutting_down = stop.clone();
+    let state = live.clone();
     let task = tokio::task::spawn_blocking(move || {
-        let why = pull(reader, &sender, stop.as_deref(), name);
-        end.set_run(why);
-        if end.is_down() {
+        let why = pull(reader, &sender, file_stop.as_deref(), name);
+        let Some(state) = state else {
+            return;
+        };
+        // Once shutdown began, however the capture ended is our doing (a Ctrl-C reaches
+        // the tools too, and may end them before we do).
+        let why = if shutting_down.load(Ordering::Relaxed) {
+            SourceRun::Stopped
+        } else {
+            why
+        };
+        state.set_run(why);
+        if state.is_down() {
             tracing::error!(
                 "the live {name} capture ended on its own: its targets are no longer watched \
                  (/healthz reports it; restart faultline once the cause is fixed)"
@@ -155,7 +176,7 @@ fn spawn_pull(
     PullSource {
         task,
         producers,
-        stats,
+        live,
     }
 }
 

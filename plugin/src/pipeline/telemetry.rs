@@ -50,17 +50,16 @@ impl DropReason {
     }
 }
 
-/// Where a pull source's reading loop is: a live capture that ends while faultline runs
-/// leaves its targets unwatched, which `/healthz` and `faultline_source_up` must show
-/// (the log line alone was easy to miss).
+/// Where a live capture's reading loop is: a capture that ends while faultline runs
+/// leaves its targets unwatched, which `/healthz` and `faultline_source_up` must show (the
+/// log line alone was easy to miss). Files (replay, a recorded LTTng trace) have none:
+/// their end is normal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 pub enum SourceRun {
-    /// Not a pull source (OTLP listeners), or not started yet.
-    Untracked,
     /// Reading.
     Running,
-    /// Its input ended: expected for files, not for a live capture.
+    /// Its input ended on its own (the traced process exited, the tool quit).
     Ended,
     /// Its input failed (the error is in the log).
     Failed,
@@ -69,13 +68,46 @@ pub enum SourceRun {
 }
 
 impl SourceRun {
-    const ALL: [SourceRun; 5] = [
-        SourceRun::Untracked,
+    const ALL: [SourceRun; 4] = [
         SourceRun::Running,
         SourceRun::Ended,
         SourceRun::Failed,
         SourceRun::Stopped,
     ];
+}
+
+/// The run state of one live capture.
+#[derive(Debug)]
+pub struct LiveSource {
+    pub name: &'static str,
+    /// A [`SourceRun`] as its index.
+    run: AtomicU8,
+}
+
+impl LiveSource {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            run: AtomicU8::new(SourceRun::Running as u8),
+        }
+    }
+    /// The reading loop is over, for `why`. A stop already recorded stays: the capture's
+    /// end is then the stop's doing, whatever the tool died of.
+    pub fn set_run(&self, why: SourceRun) {
+        let _ = self
+            .run
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
+                (now != SourceRun::Stopped as u8).then_some(why as u8)
+            });
+    }
+    pub fn run(&self) -> SourceRun {
+        let i = self.run.load(Ordering::Relaxed) as usize;
+        SourceRun::ALL.get(i).copied().unwrap_or(SourceRun::Running)
+    }
+    /// No longer reading although nobody stopped it.
+    pub fn is_down(&self) -> bool {
+        matches!(self.run(), SourceRun::Ended | SourceRun::Failed)
+    }
 }
 
 /// Counters of one source.
@@ -85,10 +117,6 @@ pub struct SourceStats {
     received: AtomicU64,
     decode_errors: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
-    /// A [`SourceRun`] as its index.
-    run: AtomicU8,
-    /// Whether the source is a live capture (its end is a fault, not the end of a file).
-    live: AtomicU8,
 }
 
 impl SourceStats {
@@ -98,37 +126,7 @@ impl SourceStats {
             received: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             dropped: Default::default(),
-            run: AtomicU8::new(0),
-            live: AtomicU8::new(0),
         }
-    }
-    /// The reading loop started; `live`: a capture that should run as long as faultline.
-    pub fn set_running(&self, live: bool) {
-        self.live.store(u8::from(live), Ordering::Relaxed);
-        self.set_run(SourceRun::Running);
-    }
-    /// The reading loop is over, for `why`. A stop already recorded stays: the capture
-    /// ending is then the stop's doing.
-    pub fn set_run(&self, why: SourceRun) {
-        let _ = self
-            .run
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |now| {
-                (now != SourceRun::Stopped as u8 || why == SourceRun::Running).then_some(why as u8)
-            });
-    }
-    pub fn run(&self) -> SourceRun {
-        let i = self.run.load(Ordering::Relaxed) as usize;
-        SourceRun::ALL
-            .get(i)
-            .copied()
-            .unwrap_or(SourceRun::Untracked)
-    }
-    pub fn is_live(&self) -> bool {
-        self.live.load(Ordering::Relaxed) != 0
-    }
-    /// A live capture that is no longer reading although nobody stopped it.
-    pub fn is_down(&self) -> bool {
-        self.is_live() && matches!(self.run(), SourceRun::Ended | SourceRun::Failed)
     }
     pub fn add_received(&self, n: u64) {
         self.received.fetch_add(n, Ordering::Relaxed);
@@ -178,6 +176,8 @@ pub struct Telemetry {
     otlp_export_failures: [AtomicU64; 2],
     /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
+    /// Live captures, each once started.
+    live: Mutex<Vec<Arc<LiveSource>>>,
 }
 
 impl Telemetry {
@@ -190,6 +190,19 @@ impl Telemetry {
         let s = Arc::new(SourceStats::new(name));
         v.push(s.clone());
         s
+    }
+    /// A live capture named `name` that starts reading now (one entry per start: a source
+    /// name is registered once per run).
+    pub fn start_live(&self, name: &'static str) -> Arc<LiveSource> {
+        let s = Arc::new(LiveSource::new(name));
+        let mut v = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        v.retain(|l| l.name != name);
+        v.push(s.clone());
+        s
+    }
+    /// The live captures started.
+    pub fn live_sources(&self) -> Vec<Arc<LiveSource>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
     /// A snapshot of all sources' counters.
     pub fn sources(&self) -> Vec<Arc<SourceStats>> {
@@ -247,29 +260,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_live_capture_ending_by_itself_is_down() {
-        let live = SourceStats::new("perf");
-        assert_eq!(live.run(), SourceRun::Untracked);
-        live.set_running(true);
-        assert!(!live.is_down());
-        live.set_run(SourceRun::Ended);
-        assert!(live.is_down());
-        live.set_running(true);
-        live.set_run(SourceRun::Failed);
-        assert!(live.is_down());
+    fn a_live_capture_is_down_once_it_ends_by_itself_not_when_we_stop_it() {
+        let t = Telemetry::default();
+        let perf = t.start_live("perf");
+        assert!(!perf.is_down());
+        perf.set_run(SourceRun::Ended);
+        assert!(perf.is_down());
+        let perf = t.start_live("perf");
+        perf.set_run(SourceRun::Failed);
+        assert!(perf.is_down());
+        assert_eq!(t.live_sources().len(), 1, "one entry per name");
 
         // Our own stop comes first; the capture's end that follows is the stop's doing.
-        let stopped = SourceStats::new("lttng");
-        stopped.set_running(true);
-        stopped.set_run(SourceRun::Stopped);
-        stopped.set_run(SourceRun::Ended);
-        assert_eq!(stopped.run(), SourceRun::Stopped);
-        assert!(!stopped.is_down());
-
-        // A file read to its end is done, not down.
-        let file = SourceStats::new("replay");
-        file.set_running(false);
-        file.set_run(SourceRun::Ended);
-        assert!(!file.is_down());
+        let lttng = t.start_live("lttng");
+        lttng.set_run(SourceRun::Stopped);
+        lttng.set_run(SourceRun::Failed);
+        assert_eq!(lttng.run(), SourceRun::Stopped);
+        assert!(!lttng.is_down());
     }
 }

@@ -100,7 +100,7 @@ impl PrometheusExporter {
     pub fn sources_down(&self) -> Vec<&'static str> {
         self.shared
             .telemetry
-            .sources()
+            .live_sources()
             .iter()
             .filter(|s| s.is_down())
             .map(|s| s.name)
@@ -540,13 +540,9 @@ impl Collector for SeriesCollector {
             &mut enc,
             names::SOURCE_UP,
             "1 while a live capture (perf record, an LTTng live session) reads, 0 once it ended, failed or was stopped: at 0 while faultline runs, its targets are not watched",
-            sources.iter().filter(|s| s.is_live()).filter_map(|s| {
-                let up = match s.run() {
-                    SourceRun::Untracked => return None,
-                    SourceRun::Running => 1.0,
-                    SourceRun::Ended | SourceRun::Failed | SourceRun::Stopped => 0.0,
-                };
-                Some((vec![("source", s.name)], up))
+            shared.telemetry.live_sources().iter().map(|s| {
+                let up = f64::from(u8::from(s.run() == SourceRun::Running));
+                (vec![("source", s.name)], up)
             }),
         )?;
         counter(

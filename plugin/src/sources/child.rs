@@ -13,9 +13,24 @@
 use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, ExitStatus};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// The state a child's reaper and its stoppers share.
+/// Every tool started, for [`terminate_all`]: they run in their own process groups (a
+/// terminal's Ctrl-C does not reach them), so a forced exit must stop them itself.
+static STARTED: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// Sends SIGTERM to every tool still running; for an exit that skips the ordered
+/// shutdown (a second signal). Returns how many were signalled.
+pub fn terminate_all() -> usize {
+    let started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+    started
+        .iter()
+        .filter_map(Weak::upgrade)
+        .filter(|s| s.signal(libc::SIGTERM))
+        .count()
+}
+
 #[derive(Debug)]
 struct Shared {
     pid: u32,
@@ -67,6 +82,10 @@ impl TrackedChild {
             pid: child.id(),
             flags: Mutex::new(Flags::default()),
         });
+        let mut started = STARTED.lock().unwrap_or_else(|e| e.into_inner());
+        started.retain(|w| w.strong_count() > 0);
+        started.push(Arc::downgrade(&shared));
+        drop(started);
         Self { child, shared }
     }
 

@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -281,6 +282,10 @@ impl ChildOutput {
     ) -> Result<Self, SourceError> {
         let tool = first.get_program().to_string_lossy().into_owned();
         first.stdin(Stdio::null()).stdout(Stdio::piped());
+        // Own process group (as below): a Ctrl-C in faultline's terminal reaches the whole
+        // foreground group, and tools killed by it before faultline stops them ended as
+        // failures, losing what was still in the pipe and perf's loss tally.
+        first.process_group(0);
         let mut head = first
             .spawn()
             .map_err(|e| spawn_error(&tool, &e, install_hint))?;
@@ -313,7 +318,9 @@ impl ChildOutput {
         tap: Option<StderrTap>,
     ) -> Result<Self, SourceError> {
         let tool = cmd.get_program().to_string_lossy().into_owned();
-        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
         let mut child = cmd
             .spawn()
             .map_err(|e| spawn_error(&tool, &e, install_hint))?;

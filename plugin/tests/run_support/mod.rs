@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -37,11 +38,14 @@ pub fn start(args: &[&str], env: &[(&str, &str)]) -> Running {
 /// Starts `faultline` and waits until it has logged `<key>_address=` for every key.
 pub fn start_waiting(args: &[&str], env: &[(&str, &str)], keys: &[&str]) -> Running {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_faultline"));
+    // Its own process group, as a shell job has: a test can signal the group (a
+    // terminal's Ctrl-C) without signalling the test runner.
     cmd.args(args)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+        .stderr(Stdio::piped())
+        .process_group(0);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -157,6 +161,16 @@ pub fn sample(text: &str, series: &str) -> Option<f64> {
             .parse()
             .ok()
     })
+}
+
+/// Sends `sig` to the child's whole process group, as a terminal's Ctrl-C does.
+pub fn signal_group(child: &Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, "--", &format!("-{}", child.id())])
+        .status()
+        .expect("kill")
+        .success();
+    assert!(ok, "kill {sig} to the group failed");
 }
 
 pub fn signal(child: &Child, sig: &str) {

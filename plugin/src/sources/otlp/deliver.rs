@@ -99,10 +99,7 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
 
 /// Logs, at most once a minute, that a request did not fit the engine queue.
 fn warn_oversized(counters: &OtlpCounters, batches: usize, capacity: usize, left_out: u64) {
-    let mut limit = counters
-        .oversized
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
+    let mut limit = counters.oversized.lock().unwrap_or_else(|p| p.into_inner());
     let limit = limit.get_or_insert_with(|| WarnLimit::new(Duration::from_secs(60)));
     if let Some(suppressed) = limit.occurred(Instant::now()) {
         tracing::warn!(
@@ -191,8 +188,14 @@ mod tests {
         };
         match deliver(&sender, &counters, big) {
             Delivery::Accepted { rejected, message } => {
-                assert_eq!(rejected, 5, "the batch that did not fit, as partial success");
-                assert!(message.contains("more than the engine queue holds"), "{message}");
+                assert_eq!(
+                    rejected, 5,
+                    "the batch that did not fit, as partial success"
+                );
+                assert!(
+                    message.contains("more than the engine queue holds"),
+                    "{message}"
+                );
             }
             other => panic!("a retryable answer would be refused on every retry: {other:?}"),
         }
