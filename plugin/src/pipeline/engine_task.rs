@@ -153,7 +153,7 @@ impl EngineTask {
                     }
                 }
                 Wake::Batch(None) => break,
-                Wake::Command(Some(c)) => self.command(c),
+                Wake::Command(Some(c)) => self.command(c, false),
                 Wake::Command(None) => commands_open = false,
                 Wake::Idle => {
                     self.answer_due();
@@ -208,7 +208,7 @@ impl EngineTask {
     fn pending_commands(&mut self, commands: &mut mpsc::Receiver<EngineCommand>) -> bool {
         for _ in 0..COMMANDS_PER_BATCH {
             match commands.try_recv() {
-                Ok(c) => self.command(c),
+                Ok(c) => self.command(c, true),
                 Err(mpsc::error::TryRecvError::Empty) => return true,
                 Err(mpsc::error::TryRecvError::Disconnected) => return false,
             }
@@ -216,14 +216,21 @@ impl EngineTask {
         true
     }
 
-    fn command(&mut self, c: EngineCommand) {
+    /// `queued`: taken between batches, with more data possibly queued behind it.
+    fn command(&mut self, c: EngineCommand, queued: bool) {
         match c {
             EngineCommand::Trigger {
                 target,
                 at_ns,
                 reply,
             } => {
-                if let Some(w) = self.triggers.park(target, at_ns, reply, Instant::now()) {
+                let now = Instant::now();
+                let handed_back = if queued {
+                    self.triggers.park_queued(target, at_ns, reply, now)
+                } else {
+                    self.triggers.park(target, at_ns, reply, now)
+                };
+                if let Some(w) = handed_back {
                     self.answer(w);
                 }
             }

@@ -73,10 +73,34 @@ impl TriggerWait {
         reply: TriggerReply,
         now: Instant,
     ) -> Option<Waiting> {
-        let behind = self
-            .clocks
-            .get(target.as_str())
-            .is_some_and(|&clock| clock < at_ns);
+        self.park_with(target, at_ns, reply, now, false)
+    }
+
+    /// [`TriggerWait::park`] for a trigger taken while batches are still queued: a target
+    /// with no data yet may have its first batches among them (a backlog at startup), so
+    /// it waits like one whose data is behind, instead of being answered "no data" at once.
+    pub fn park_queued(
+        &mut self,
+        target: String,
+        at_ns: u64,
+        reply: TriggerReply,
+        now: Instant,
+    ) -> Option<Waiting> {
+        self.park_with(target, at_ns, reply, now, true)
+    }
+
+    fn park_with(
+        &mut self,
+        target: String,
+        at_ns: u64,
+        reply: TriggerReply,
+        now: Instant,
+        unseen_waits: bool,
+    ) -> Option<Waiting> {
+        let behind = match self.clocks.get(target.as_str()) {
+            Some(&clock) => clock < at_ns,
+            None => unseen_waits,
+        };
         let w = Waiting {
             target,
             at_ns,
@@ -190,6 +214,23 @@ mod tests {
         let mut empty = TriggerWait::new(Duration::from_secs(10));
         empty.observe(&t, &[]);
         assert!(empty.park("db".into(), 1_000, reply().0, now).is_some());
+    }
+
+    #[test]
+    fn a_trigger_taken_with_batches_queued_waits_for_a_target_not_seen_yet() {
+        let now = Instant::now();
+        let mut w = TriggerWait::new(Duration::from_secs(10));
+        let (tx, _rx) = reply();
+        assert!(
+            w.park_queued("db".into(), 1_000, tx, now).is_none(),
+            "parked"
+        );
+        assert!(w.take_due(now).is_empty());
+        // Its first batch comes out of the backlog, past the alarm.
+        w.observe(&Arc::from("db"), &[ev(1_500)]);
+        assert_eq!(w.take_due(now).len(), 1);
+        // With the queue empty, no data means no data.
+        assert!(w.park("db2".into(), 1_000, reply().0, now).is_some());
     }
 
     #[test]
