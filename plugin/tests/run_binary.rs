@@ -342,31 +342,50 @@ fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
     assert_eq!(serde_json::to_value(last.trigger).unwrap(), "end_of_stream");
 }
 
+/// Whether `perf` runs here (the live-capture tests skip, loudly, without it).
+fn perf_installed() -> bool {
+    let ok = Command::new("perf").arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("skipped: perf is not installed");
+    }
+    ok
+}
+
+/// A config in `dir` with the live perf source on `what` (`pids = [..]` or
+/// `command = [..]`), the native engine, metrics on a free port, and `extra` sections.
+fn live_perf_config(dir: &Path, what: &str, extra: &str) -> std::path::PathBuf {
+    let cfg = dir.join("faultline.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
+             [sources.perf]\nenabled = true\n{what}\n\
+             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n{extra}"
+        ),
+    )
+    .unwrap();
+    cfg
+}
+
 /// A live perf capture of a quiet process: the reader is blocked on perf's silent pipe
 /// when SIGTERM comes, so shutdown must end the capture itself (it once timed out after
 /// 10 s and the engine thread panicked as the runtime went away).
 #[test]
 fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
-    if Command::new("perf").arg("--version").output().is_err() {
-        eprintln!("skipped: perf is not installed");
+    if !perf_installed() {
         return;
     }
     let mut quiet = Command::new("sleep").arg("120").spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let jsonl = dir.path().join("reports.jsonl");
-    let cfg = dir.path().join("faultline.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
-             [sources.perf]\nenabled = true\npids = [{}]\n\
-             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n\
-             [sinks.json]\nenabled = true\npath = \"{}\"\n",
-            quiet.id(),
+    let cfg = live_perf_config(
+        dir.path(),
+        &format!("pids = [{}]", quiet.id()),
+        &format!(
+            "[sinks.json]\nenabled = true\npath = \"{}\"\n",
             jsonl.display()
         ),
-    )
-    .unwrap();
+    );
     let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
     // perf needs a moment to attach; the source is then blocked on its quiet output.
     std::thread::sleep(Duration::from_secs(2));
@@ -390,23 +409,12 @@ fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
 /// line alone said it before.
 #[test]
 fn a_live_capture_that_ends_on_its_own_shows_in_healthz_and_source_up() {
-    if Command::new("perf").arg("--version").output().is_err() {
-        eprintln!("skipped: perf is not installed");
+    if !perf_installed() {
         return;
     }
     let mut brief = Command::new("sleep").arg("4").spawn().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("faultline.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
-             [sources.perf]\nenabled = true\npids = [{}]\n\
-             [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n",
-            brief.id()
-        ),
-    )
-    .unwrap();
+    let cfg = live_perf_config(dir.path(), &format!("pids = [{}]", brief.id()), "");
     let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
     let up = |addr| {
         let (_, body) = http(addr, "GET", "/metrics");
@@ -524,19 +532,11 @@ fn a_second_signal_during_a_slow_shutdown_exits_at_once() {
 /// was logged as a failed source (losing what was in the pipe and perf's loss tally).
 #[test]
 fn ctrl_c_to_the_process_group_stops_a_live_perf_capture_cleanly() {
-    if Command::new("perf").arg("--version").output().is_err() {
-        eprintln!("skipped: perf is not installed");
+    if !perf_installed() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cfg = dir.path().join("faultline.toml");
-    std::fs::write(
-        &cfg,
-        "[engine]\nkind = \"native\"\n[sources.otlp]\nenabled = false\n\
-         [sources.perf]\nenabled = true\ncommand = [\"sleep\", \"120\"]\n\
-         [sinks.prometheus]\nlisten = \"127.0.0.1:0\"\n",
-    )
-    .unwrap();
+    let cfg = live_perf_config(dir.path(), "command = [\"sleep\", \"120\"]", "");
     let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
     // perf needs a moment to attach.
     std::thread::sleep(Duration::from_secs(2));

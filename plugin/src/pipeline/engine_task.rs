@@ -225,12 +225,7 @@ impl EngineTask {
                 reply,
             } => {
                 let now = Instant::now();
-                let handed_back = if queued {
-                    self.triggers.park_queued(target, at_ns, reply, now)
-                } else {
-                    self.triggers.park(target, at_ns, reply, now)
-                };
-                if let Some(w) = handed_back {
+                if let Some(w) = self.triggers.park(target, at_ns, reply, now, queued) {
                     self.answer(w);
                 }
             }

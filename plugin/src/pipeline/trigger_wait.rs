@@ -64,42 +64,22 @@ impl TriggerWait {
     }
 
     /// Parks a trigger whose target has data that does not reach `at_ns` yet; hands it
-    /// back when it should be answered now (no wait configured, no data at all for the
-    /// target, data already past the alarm, or too many parked).
+    /// back when it should be answered now (no wait configured, data already past the
+    /// alarm, too many parked, or no data at all for the target unless `queued`).
+    /// `queued`: taken while batches are still queued, where a target with no data yet
+    /// may have its first batches (a backlog at startup), so it waits like one whose data
+    /// is behind instead of being answered "no data" at once.
     pub fn park(
         &mut self,
         target: String,
         at_ns: u64,
         reply: TriggerReply,
         now: Instant,
-    ) -> Option<Waiting> {
-        self.park_with(target, at_ns, reply, now, false)
-    }
-
-    /// [`TriggerWait::park`] for a trigger taken while batches are still queued: a target
-    /// with no data yet may have its first batches among them (a backlog at startup), so
-    /// it waits like one whose data is behind, instead of being answered "no data" at once.
-    pub fn park_queued(
-        &mut self,
-        target: String,
-        at_ns: u64,
-        reply: TriggerReply,
-        now: Instant,
-    ) -> Option<Waiting> {
-        self.park_with(target, at_ns, reply, now, true)
-    }
-
-    fn park_with(
-        &mut self,
-        target: String,
-        at_ns: u64,
-        reply: TriggerReply,
-        now: Instant,
-        unseen_waits: bool,
+        queued: bool,
     ) -> Option<Waiting> {
         let behind = match self.clocks.get(target.as_str()) {
             Some(&clock) => clock < at_ns,
-            None => unseen_waits,
+            None => queued,
         };
         let w = Waiting {
             target,
@@ -173,7 +153,10 @@ mod tests {
         let now = Instant::now();
         w.observe(&t, &[ev(100), ev(900), ev(500)]);
         let (tx, _rx) = reply();
-        assert!(w.park("db".into(), 1_000, tx, now).is_none(), "parked");
+        assert!(
+            w.park("db".into(), 1_000, tx, now, false).is_none(),
+            "parked"
+        );
         assert!(w.take_due(now).is_empty(), "data still short of the alarm");
         w.observe(&t, &[ev(999)]);
         assert!(w.take_due(now).is_empty());
@@ -191,7 +174,7 @@ mod tests {
         let now = Instant::now();
         w.observe(&t, &[ev(10)]);
         let (tx, _rx) = reply();
-        assert!(w.park("db".into(), 1_000, tx, now).is_none());
+        assert!(w.park("db".into(), 1_000, tx, now, false).is_none());
         assert_eq!(w.next_deadline(), Some(now + Duration::from_millis(200)));
         assert!(w.take_due(now + Duration::from_millis(199)).is_empty());
         assert_eq!(w.take_due(now + Duration::from_millis(200)).len(), 1);
@@ -205,15 +188,21 @@ mod tests {
         // Unknown target (no data at all), data already past the alarm, and no wait.
         let mut w = TriggerWait::new(Duration::from_secs(10));
         w.observe(&t, &[ev(2_000)]);
-        assert!(w.park("other".into(), 1_000, reply().0, now).is_some());
-        assert!(w.park("db".into(), 1_000, reply().0, now).is_some());
+        assert!(w
+            .park("other".into(), 1_000, reply().0, now, false)
+            .is_some());
+        assert!(w.park("db".into(), 1_000, reply().0, now, false).is_some());
         let mut zero = TriggerWait::new(Duration::ZERO);
         zero.observe(&t, &[ev(10)]);
-        assert!(zero.park("db".into(), 1_000, reply().0, now).is_some());
+        assert!(zero
+            .park("db".into(), 1_000, reply().0, now, false)
+            .is_some());
         // An empty batch does not create a clock.
         let mut empty = TriggerWait::new(Duration::from_secs(10));
         empty.observe(&t, &[]);
-        assert!(empty.park("db".into(), 1_000, reply().0, now).is_some());
+        assert!(empty
+            .park("db".into(), 1_000, reply().0, now, false)
+            .is_some());
     }
 
     #[test]
@@ -222,7 +211,7 @@ mod tests {
         let mut w = TriggerWait::new(Duration::from_secs(10));
         let (tx, _rx) = reply();
         assert!(
-            w.park_queued("db".into(), 1_000, tx, now).is_none(),
+            w.park("db".into(), 1_000, tx, now, true).is_none(),
             "parked"
         );
         assert!(w.take_due(now).is_empty());
@@ -230,7 +219,7 @@ mod tests {
         w.observe(&Arc::from("db"), &[ev(1_500)]);
         assert_eq!(w.take_due(now).len(), 1);
         // With the queue empty, no data means no data.
-        assert!(w.park("db2".into(), 1_000, reply().0, now).is_some());
+        assert!(w.park("db2".into(), 1_000, reply().0, now, false).is_some());
     }
 
     #[test]
@@ -243,9 +232,12 @@ mod tests {
         for _ in 0..MAX_WAITING {
             let (tx, rx) = reply();
             receivers.push(rx);
-            assert!(w.park("db".into(), 1_000, tx, now).is_none());
+            assert!(w.park("db".into(), 1_000, tx, now, false).is_none());
         }
-        assert!(w.park("db".into(), 1_000, reply().0, now).is_some(), "full");
+        assert!(
+            w.park("db".into(), 1_000, reply().0, now, false).is_some(),
+            "full"
+        );
         assert_eq!(w.len(), MAX_WAITING);
         drop(receivers.pop());
         assert_eq!(w.take_due(now).len(), 1, "the closed reply is due");

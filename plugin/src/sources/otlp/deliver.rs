@@ -76,7 +76,7 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
                     sender.capacity()
                 );
                 Delivery::Accepted {
-                    rejected: decoded.rejected + left_out,
+                    rejected: decoded.rejected.saturating_add(left_out),
                     message: if message.is_empty() {
                         why
                     } else {
@@ -145,12 +145,29 @@ mod tests {
         }
     }
 
+    /// An OTLP sender on a queue of two batches, and its counters.
+    fn queue_of_two() -> (
+        Arc<SourceStats>,
+        queue::BatchReceiver,
+        BatchSender,
+        OtlpCounters,
+    ) {
+        let stats = Arc::new(SourceStats::new("otlp_http"));
+        let (tx, rx) = queue::bounded(2);
+        let sender = BatchSender::new(tx, stats.clone());
+        (stats, rx, sender, OtlpCounters::default())
+    }
+
+    /// The pids of the batches queued, in order (emptying the queue).
+    fn queued_pids(rx: &mut queue::BatchReceiver) -> Vec<Option<u32>> {
+        std::iter::from_fn(|| rx.try_recv().ok())
+            .map(|b| b.process.pid)
+            .collect()
+    }
+
     #[test]
     fn a_request_is_queued_whole_or_refused_whole() {
-        let stats = Arc::new(SourceStats::new("otlp_http"));
-        let (tx, mut rx) = queue::bounded(2);
-        let sender = BatchSender::new(tx, stats.clone());
-        let counters = OtlpCounters::default();
+        let (stats, mut rx, sender, counters) = queue_of_two();
         // One slot taken: the two-batch request does not fit.
         sender.try_send(batch(9, 1)).unwrap();
         assert_eq!(deliver(&sender, &counters, request()), Delivery::QueueFull);
@@ -165,10 +182,7 @@ mod tests {
             deliver(&sender, &counters, request()),
             Delivery::Accepted { rejected: 0, .. }
         ));
-        let queued: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|b| b.process.pid)
-            .collect();
-        assert_eq!(queued, [Some(1), Some(2)]);
+        assert_eq!(queued_pids(&mut rx), [Some(1), Some(2)]);
         // Every attempt's events were received, and either queued or dropped.
         assert_eq!(stats.received(), 14);
         assert_eq!(stats.dropped(DropReason::QueueFull), 7);
@@ -176,10 +190,7 @@ mod tests {
 
     #[test]
     fn a_request_larger_than_the_queue_is_taken_in_part_not_refused_forever() {
-        let stats = Arc::new(SourceStats::new("otlp_http"));
-        let (tx, mut rx) = queue::bounded(2);
-        let sender = BatchSender::new(tx, stats.clone());
-        let counters = OtlpCounters::default();
+        let (stats, mut rx, sender, counters) = queue_of_two();
         // Three processes: three batches for a queue of two.
         let big = Decoded {
             batches: vec![batch(1, 3), batch(2, 4), batch(3, 5)],
@@ -199,10 +210,7 @@ mod tests {
             }
             other => panic!("a retryable answer would be refused on every retry: {other:?}"),
         }
-        let queued: Vec<_> = std::iter::from_fn(|| rx.try_recv().ok())
-            .map(|b| b.process.pid)
-            .collect();
-        assert_eq!(queued, [Some(1), Some(2)]);
+        assert_eq!(queued_pids(&mut rx), [Some(1), Some(2)]);
         assert_eq!(stats.received(), 12);
         assert_eq!(stats.dropped(DropReason::QueueFull), 5);
     }
