@@ -122,7 +122,7 @@ fn calibrate_prints_config_that_check_config_accepts() {
     let t = truth(&case);
     let input = format!("perf:{}", case.join("trace.txt.zst").display());
     let start = t["fault_start_ns"].as_u64().unwrap().to_string();
-    let out = faultline(&[
+    let args = [
         "calibrate",
         "--input",
         &input,
@@ -130,7 +130,8 @@ fn calibrate_prints_config_that_check_config_accepts() {
         "mariadbd",
         "--fault-start-ns",
         &start,
-    ]);
+    ];
+    let out = faultline(&args);
     assert!(
         out.status.success(),
         "{}",
@@ -142,15 +143,7 @@ fn calibrate_prints_config_that_check_config_accepts() {
         "{toml}"
     );
     // `calibrate … | head -1`: the reader went away, which is no failure.
-    let closed = faultline_into_closed_pipe(&[
-        "calibrate",
-        "--input",
-        &input,
-        "--target",
-        "mariadbd",
-        "--fault-start-ns",
-        &start,
-    ]);
+    let closed = faultline_into_closed_pipe(&args);
     assert!(
         closed.status.success(),
         "{:?}: {}",

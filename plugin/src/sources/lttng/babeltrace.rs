@@ -10,7 +10,7 @@ use faultline_engine::syscalls::Arch;
 use super::discards::{self, DiscardQueue};
 use super::reader::LttngTextReader;
 use crate::pipeline::telemetry::SourceStats;
-use crate::sources::input::ChildOutput;
+use crate::sources::input::{ChildOutput, StderrTap};
 use crate::sources::SourceError;
 
 /// The executable; overridable for unusual installs.
@@ -46,19 +46,21 @@ pub fn open(
     stats: Arc<SourceStats>,
 ) -> Result<LttngTextReader<ChildOutput>, SourceError> {
     let queue = Arc::new(DiscardQueue::default());
-    let tap = {
-        let queue = queue.clone();
-        Box::new(move |line: &[u8]| {
-            if let Some(d) = discards::parse(line) {
-                queue.push(d);
-            }
-        })
-    };
+    let tap = discard_tap(queue.clone());
     let child = ChildOutput::spawn_tapped(babeltrace_command(input)?, INSTALL_HINT, tap)?;
     let reader = LttngTextReader::new(child, arch, stats).with_discards(queue);
     Ok(if input.starts_with("net://") {
         reader.live()
     } else {
         reader
+    })
+}
+
+/// The stderr tap that queues babeltrace2's "Tracer discarded" reports for the reader.
+pub(crate) fn discard_tap(queue: Arc<DiscardQueue>) -> StderrTap {
+    Box::new(move |line: &[u8]| {
+        if let Some(d) = discards::parse(line) {
+            queue.push(d);
+        }
     })
 }

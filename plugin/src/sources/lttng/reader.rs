@@ -594,14 +594,7 @@ mod tests {
             report,
         ]);
         let queue = Arc::new(DiscardQueue::default());
-        let tap = {
-            let queue = queue.clone();
-            Box::new(move |line: &[u8]| {
-                if let Some(d) = discards::parse(line) {
-                    queue.push(d);
-                }
-            })
-        };
+        let tap = super::super::babeltrace::discard_tap(queue.clone());
         let out = ChildOutput::spawn_tapped(cmd, "sh", tap).unwrap();
         let stopper = out.stopper();
         let stats = Arc::new(SourceStats::new(SOURCE));
