@@ -61,8 +61,9 @@ impl LogsService for Captured {
     }
 }
 
-async fn grpc_collector(c: Captured) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A stand-in gRPC collector listening on `bind` (`127.0.0.1:0`: any free port).
+async fn grpc_collector(c: Captured, bind: &str) -> String {
+    let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(
         tonic::transport::Server::builder()
@@ -85,8 +86,9 @@ async fn http_logs(State(c): State<Captured>, body: Bytes) -> Vec<u8> {
     ExportLogsServiceResponse::default().encode_to_vec()
 }
 
-async fn http_collector(c: Captured) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+/// A stand-in OTLP/HTTP collector listening on `bind`.
+async fn http_collector(c: Captured, bind: &str) -> String {
+    let listener = tokio::net::TcpListener::bind(bind).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let app = axum::Router::new()
         .route("/v1/metrics", post(http_metrics))
@@ -192,8 +194,8 @@ fn log_records(c: &Captured) -> Vec<LogRecord> {
 async fn push_and_check(protocol: OtlpProtocol) {
     let captured = Captured::default();
     let endpoint = match protocol {
-        OtlpProtocol::Grpc => grpc_collector(captured.clone()).await,
-        OtlpProtocol::Http => http_collector(captured.clone()).await,
+        OtlpProtocol::Grpc => grpc_collector(captured.clone(), "127.0.0.1:0").await,
+        OtlpProtocol::Http => http_collector(captured.clone(), "127.0.0.1:0").await,
     };
     let telemetry = Arc::new(Telemetry::default());
     let src = telemetry.source("otlp_grpc");
@@ -450,24 +452,34 @@ async fn pushes_metrics_and_verdict_logs_over_http() {
     push_and_check(OtlpProtocol::Http).await;
 }
 
-/// A collector that is down: every export fails, and each failure is counted per signal
-/// (the SDK itself neither retries nor reports it anywhere faultline's metrics show).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn exports_to_a_collector_that_is_down_are_counted() {
-    use faultline::pipeline::telemetry::OtlpSignal;
-    // A port nothing listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
+/// A port nothing listens on (yet).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("a free port")
-        .port();
-    let telemetry = Arc::new(Telemetry::default());
-    let cfg = OtlpSinkConfig {
+        .port()
+}
+
+/// A sink towards `127.0.0.1:port` that pushes metrics only at shutdown, with short
+/// timeouts.
+fn config_for(port: u16, protocol: OtlpProtocol) -> OtlpSinkConfig {
+    OtlpSinkConfig {
         endpoint: Some(format!("http://127.0.0.1:{port}")),
-        protocol: OtlpProtocol::Http,
+        protocol,
         interval_seconds: 60,
         timeout_seconds: 2,
         ..OtlpSinkConfig::default()
-    };
+    }
+}
+
+/// A collector that is down: every export fails, and each failure is counted per signal
+/// (the SDK's exporters retry for a few seconds, then report it nowhere faultline's
+/// metrics show); the verdict record, kept until shutdown, is counted lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_to_a_collector_that_is_down_are_counted() {
+    use faultline::pipeline::telemetry::OtlpSignal;
+    let telemetry = Arc::new(Telemetry::default());
+    let cfg = config_for(free_port(), OtlpProtocol::Http);
     let sink = OtlpSink::start(cfg, telemetry.clone()).expect("sink starts");
     sink.publish(&report("db", Verdict::External, 0.75));
     assert_eq!(telemetry.otlp_export_failures(OtlpSignal::Metrics), 0);
@@ -477,4 +489,79 @@ async fn exports_to_a_collector_that_is_down_are_counted() {
     assert!(flushed.is_err(), "the final push cannot succeed");
     assert!(telemetry.otlp_export_failures(OtlpSignal::Metrics) >= 1);
     assert!(telemetry.otlp_export_failures(OtlpSignal::Logs) >= 1);
+    // The verdict record was kept for redelivery until shutdown, then given up on.
+    assert_eq!(telemetry.otlp_verdicts_lost(), 1);
+    assert_eq!(telemetry.otlp_verdicts_pending(), 0);
+}
+
+/// Polls `done` every 100 ms for up to `limit`; whether it became true.
+async fn eventually(limit: Duration, done: impl Fn() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    done()
+}
+
+/// A verdict published while the collector is down reaches it once it is back: the sink
+/// keeps the refused record and sends it again, once.
+async fn verdict_outlives_a_collector_outage(protocol: OtlpProtocol) {
+    let port = free_port();
+    let telemetry = Arc::new(Telemetry::default());
+    let cfg = config_for(port, protocol);
+    let sink = OtlpSink::start(cfg, telemetry.clone()).expect("sink starts");
+    sink.publish(&report("db", Verdict::External, 0.95));
+    assert!(
+        eventually(Duration::from_secs(30), || telemetry
+            .otlp_verdicts_pending()
+            == 1)
+        .await,
+        "the refused verdict record is kept"
+    );
+    let captured = Captured::default();
+    let bind = format!("127.0.0.1:{port}");
+    match protocol {
+        OtlpProtocol::Grpc => grpc_collector(captured.clone(), &bind).await,
+        OtlpProtocol::Http => http_collector(captured.clone(), &bind).await,
+    };
+    let verdicts = |c: &Captured| {
+        log_records(c)
+            .iter()
+            .filter(|r| str_attr(&r.attributes, "faultline.target") == Some("db"))
+            .map(|r| str_attr(&r.attributes, "faultline.verdict").map(str::to_string))
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        eventually(Duration::from_secs(30), || !verdicts(&captured).is_empty()).await,
+        "the verdict record reaches the collector once it is back"
+    );
+    assert_eq!(verdicts(&captured), vec![Some("external".to_string())]);
+    // The collector stores the record before the sink has its answer.
+    assert!(
+        eventually(Duration::from_secs(10), || telemetry
+            .otlp_verdicts_pending()
+            == 0)
+        .await,
+        "nothing pending once the collector answered"
+    );
+    assert_eq!(telemetry.otlp_verdicts_lost(), 0);
+    assert!(telemetry.otlp_export_failures(faultline::pipeline::telemetry::OtlpSignal::Logs) >= 1);
+    tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+        .await
+        .expect("shutdown finishes")
+        .expect("nothing left undelivered");
+    assert_eq!(verdicts(&captured).len(), 1, "sent once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_outlives_a_grpc_collector_outage() {
+    verdict_outlives_a_collector_outage(OtlpProtocol::Grpc).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verdict_outlives_an_http_collector_outage() {
+    verdict_outlives_a_collector_outage(OtlpProtocol::Http).await;
 }

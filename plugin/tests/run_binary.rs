@@ -526,6 +526,52 @@ fn a_second_signal_during_a_slow_shutdown_exits_at_once() {
     drop(black_hole);
 }
 
+/// Two signals while the (WASM) engine is still starting are two: the second exits at
+/// once. Before, the shutdown future was first polled once the engine had started, and a
+/// repeated signal of one kind had merged with the first by then (a clean, slow exit).
+#[test]
+fn two_signals_during_startup_exit_at_once() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::ExitStatusExt;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_faultline"))
+        .args(["run"])
+        .env("RUST_LOG", "info")
+        .env("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:0")
+        .env("FAULTLINE_SOURCES__OTLP__ENABLED", "false")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn faultline");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr piped")).lines();
+    let mut log = Vec::new();
+    // The handlers are installed before this line, and the engine starts after it.
+    for line in lines.by_ref() {
+        let line = line.expect("a log line");
+        let starting = line.contains("faultline starting");
+        log.push(line);
+        if starting {
+            break;
+        }
+    }
+    assert!(
+        !log.iter().any(|l| l.contains("engine started")),
+        "{log:#?}"
+    );
+    signal(&child, "-TERM");
+    std::thread::sleep(Duration::from_millis(20));
+    signal(&child, "-TERM");
+    let status = wait_exit(&mut child, Duration::from_secs(30));
+    log.extend(lines.map_while(Result::ok));
+    assert_eq!(status.code(), Some(143), "{status:?}: {log:#?}");
+    assert_eq!(status.signal(), None, "exited, not killed");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("SIGTERM received during shutdown: exiting at once")),
+        "{log:#?}"
+    );
+}
+
 /// A Ctrl-C in faultline's terminal reaches its whole process group. The capture tools
 /// run in groups of their own, so only faultline gets it and stops them in order: before,
 /// `perf script` died of the SIGINT, perf record of the broken pipe, and a normal stop

@@ -28,6 +28,12 @@ pub fn run_with(config_path: Option<&Path>, log_level: Option<&str>) -> anyhow::
         .context("cannot start the async runtime")?;
     let result = rt.block_on(async {
         let shutdown = shutdown_signal().await?;
+        // After the signal handlers: from here a signal stops the run, however early.
+        tracing::info!(
+            version = env!("CARGO_PKG_VERSION"),
+            config = %config_path.map_or("built-in defaults".into(), |p| p.display().to_string()),
+            "faultline starting"
+        );
         runner::run(cfg, shutdown, None)
             .await
             .map_err(anyhow::Error::from)
@@ -61,26 +67,36 @@ fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Resolves on the first SIGTERM, SIGINT or SIGHUP. Handlers are installed before
-/// returning so a signal that arrives during startup is not lost. SIGHUP is a shutdown too:
-/// its default action would kill the process without its final reports (a closed terminal
-/// or a supervisor's hangup). Once shutdown has begun, a second signal exits at once: an
+/// Resolves on the first SIGTERM, SIGINT or SIGHUP. SIGHUP is a shutdown too: its default
+/// action would kill the process without its final reports (a closed terminal or a
+/// supervisor's hangup). Once shutdown has begun, a second signal exits at once: an
 /// operator who repeats it does not want to wait for the shutdown timeouts.
+///
+/// The signals are read by a task of their own from the moment this returns, not when the
+/// returned future is first polled: the runner polls it only once started, and two
+/// signals during a slow start (a WASM engine compiling) must still count as two (a
+/// `Signal` keeps one pending delivery per kind, so a repeated Ctrl-C would merge).
 async fn shutdown_signal() -> anyhow::Result<impl std::future::Future<Output = ()>> {
     let mut signals = Signals::install()?;
-    Ok(async move {
+    let (first_tx, first_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
         let first = signals.next().await;
         tracing::info!("{first} received: shutting down (send another signal to exit at once)");
-        tokio::spawn(async move {
-            let second = signals.next().await;
-            tracing::error!(
-                "{second} received during shutdown: exiting at once without waiting for the final reports"
-            );
-            // The capture tools run in their own process groups: stop them, or a quiet
-            // target's perf would outlive faultline.
-            crate::sources::child::terminate_all();
-            std::process::exit(forced_exit_code(second));
-        });
+        let _ = first_tx.send(());
+        let second = signals.next().await;
+        tracing::error!(
+            "{second} received during shutdown: exiting at once without waiting for the final reports"
+        );
+        // The capture tools run in their own process groups: stop them, or a quiet
+        // target's perf would outlive faultline.
+        crate::sources::child::terminate_all();
+        std::process::exit(forced_exit_code(second));
+    });
+    Ok(async move {
+        // An error means the task is gone with the runtime: no signal will come.
+        if first_rx.await.is_err() {
+            std::future::pending::<()>().await;
+        }
     })
 }
 

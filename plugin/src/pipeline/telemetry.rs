@@ -174,6 +174,10 @@ pub struct Telemetry {
     guest_traps: AtomicU64,
     /// Failed exports of the OTLP push sink, by [`OtlpSignal`].
     otlp_export_failures: [AtomicU64; 2],
+    /// Verdict records of the OTLP push sink waiting for the collector (see
+    /// `sinks::otlp_redelivery`), and those it gave up on.
+    otlp_verdicts_pending: AtomicU64,
+    otlp_verdicts_lost: AtomicU64,
     /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
     /// Live captures, each once started.
@@ -229,6 +233,19 @@ impl Telemetry {
     }
     pub fn otlp_export_failures(&self, signal: OtlpSignal) -> u64 {
         self.otlp_export_failures[signal as usize].load(Ordering::Relaxed)
+    }
+    pub fn set_otlp_verdicts_pending(&self, n: u64) {
+        self.otlp_verdicts_pending.store(n, Ordering::Relaxed);
+    }
+    pub fn otlp_verdicts_pending(&self) -> u64 {
+        self.otlp_verdicts_pending.load(Ordering::Relaxed)
+    }
+    /// Counts `n` verdict records given up on; returns the count so far.
+    pub fn add_otlp_verdicts_lost(&self, n: u64) -> u64 {
+        self.otlp_verdicts_lost.fetch_add(n, Ordering::Relaxed) + n
+    }
+    pub fn otlp_verdicts_lost(&self) -> u64 {
+        self.otlp_verdicts_lost.load(Ordering::Relaxed)
     }
     /// Makes `sink`'s error counter exist at 0, so an alert on its rate has a series to
     /// watch before the first failure.

@@ -5,4 +5,5 @@ pub mod jsonl;
 pub mod names;
 pub mod otlp;
 pub mod otlp_failures;
+pub mod otlp_redelivery;
 pub mod prometheus;

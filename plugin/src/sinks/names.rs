@@ -34,6 +34,10 @@ pub const DECODE_ERRORS: &str = "faultline_decode_errors";
 pub const SOURCE_UP: &str = "faultline_source_up";
 /// Counter, by `signal`.
 pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
+/// Gauge: verdict records the OTLP collector refused, kept to be sent again.
+pub const OTLP_VERDICTS_PENDING: &str = "faultline_otlp_verdict_records_pending";
+/// Counter: verdict records given up on (the pending cap, or still refused at shutdown).
+pub const OTLP_VERDICTS_LOST: &str = "faultline_otlp_verdict_records_lost";
 /// Counter.
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
 /// Counter.

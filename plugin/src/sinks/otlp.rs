@@ -21,13 +21,14 @@ use opentelemetry::metrics::{Meter, MeterProvider};
 use opentelemetry::KeyValue;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{LogExporter, MetricExporter, Protocol, WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::logs::{SdkLogger, SdkLoggerProvider};
+use opentelemetry_sdk::logs::{LogExporter as _, SdkLogger, SdkLoggerProvider};
 use opentelemetry_sdk::metrics::{PeriodicReader, SdkMeterProvider};
 use opentelemetry_sdk::Resource;
 use serde::{Deserialize, Serialize};
 
 use super::names::{self, thread_states};
 use super::otlp_failures::{Counted, ExportFailures};
+use super::otlp_redelivery::{Redelivery, RedeliveryHandle};
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -157,6 +158,10 @@ impl HttpClient for TokioHttpClient {
     }
 }
 
+/// The time shutdown gives the verdict records the collector refused before (5 s, the
+/// OpenTelemetry SDK's own shutdown limit for the final push).
+const FINAL_REDELIVERY: Duration = Duration::from_secs(5);
+
 /// A running OTLP push sink.
 #[derive(Debug)]
 pub struct OtlpSink {
@@ -165,6 +170,9 @@ pub struct OtlpSink {
     meters: SdkMeterProvider,
     loggers: SdkLoggerProvider,
     logger: SdkLogger,
+    /// Verdict records the collector refused, kept for another try.
+    redelivery: RedeliveryHandle<Counted<LogExporter>>,
+    redelivery_timer: tokio::task::JoinHandle<()>,
 }
 
 impl OtlpSink {
@@ -225,10 +233,15 @@ impl OtlpSink {
             .with_service_name(cfg.service_name.clone())
             .with_attributes([KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))])
             .build();
-        // Failed exports are counted (the SDK neither retries nor tells).
+        // Failed exports are counted (the SDK's exporters retry for a few seconds, then give
+        // up silently); verdict records of a failed export are kept and sent again.
         let failures = Arc::new(ExportFailures::new(telemetry.clone()));
         let metric_exporter = Counted::new(metric_exporter, failures.clone());
-        let log_exporter = Counted::new(log_exporter, failures);
+        let mut log_exporter = Counted::new(log_exporter, failures);
+        log_exporter.set_resource(&resource);
+        let log_exporter = Redelivery::new(log_exporter, telemetry.clone());
+        let redelivery = log_exporter.handle();
+        let redelivery_timer = tokio::spawn(log_exporter.handle().run());
         let reader = PeriodicReader::builder(metric_exporter)
             .with_interval(Duration::from_secs(cfg.interval_seconds.max(1)))
             .build();
@@ -249,6 +262,8 @@ impl OtlpSink {
             meters,
             loggers,
             logger,
+            redelivery,
+            redelivery_timer,
         })
     }
 
@@ -365,19 +380,39 @@ impl OtlpSink {
     }
 
     /// Pushes everything now and stops the exporters (the last metrics and pending verdict
-    /// logs are sent). The SDK calls block, so they run off the async workers.
+    /// logs are sent). The SDK calls block, so they run off the async workers. Verdict
+    /// records the collector still refuses are counted lost, and make this an error.
     pub async fn shutdown(self) -> Result<(), SinkError> {
         let Self {
-            meters, loggers, ..
+            meters,
+            loggers,
+            redelivery,
+            redelivery_timer,
+            ..
         } = self;
+        redelivery_timer.abort();
+        // One last try for the records the collector refused, bounded like the SDK's own
+        // shutdown (a collector that never answers must not hold the exit); cut short, the
+        // records stay pending and are counted lost below.
+        let _ = tokio::time::timeout(FINAL_REDELIVERY, redelivery.flush()).await;
         let joined = tokio::task::spawn_blocking(move || {
             let m = meters.shutdown();
             let l = loggers.shutdown();
             m.and(l)
         })
         .await;
+        let lost = redelivery.abandon();
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                "verdict records never reached the OTLP collector (counted in faultline_otlp_verdict_records_lost_total)"
+            );
+        }
         match joined {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) if lost == 0 => Ok(()),
+            Ok(Ok(())) => Err(sink_error(format!(
+                "{lost} verdict records could not be delivered"
+            ))),
             Ok(Err(e)) => Err(sink_error(e.to_string())),
             Err(e) => Err(sink_error(e.to_string())),
         }

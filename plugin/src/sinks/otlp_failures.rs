@@ -1,11 +1,12 @@
 //! Counts the OTLP push sink's failed exports.
 //!
-//! The OpenTelemetry SDK retries nothing and reports a failed export only through its own
-//! internal diagnostics: a collector that is down or refusing loses pushed metrics and
-//! verdict records without a trace in faultline's metrics. These wrappers sit between the
-//! SDK and the OTLP exporters, count each failed export per signal (exported on
-//! `/metrics` as `faultline_otlp_export_failures_total{signal}`) and log the error,
-//! at most once a minute per signal.
+//! The OpenTelemetry SDK's exporters retry a failed export for a few seconds, then report
+//! the failure only through the SDK's own internal diagnostics: a collector that is down or
+//! refusing would go unseen in faultline's metrics. These wrappers sit between the SDK and
+//! the OTLP exporters, count each failed export per signal (exported on `/metrics` as
+//! `faultline_otlp_export_failures_total{signal}`) and log the error, at most once a minute
+//! per signal. Refused verdict records are kept and sent again by
+//! [`super::otlp_redelivery`].
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -528,13 +528,25 @@ impl Collector for SeriesCollector {
         counters(
             &mut enc,
             names::OTLP_EXPORT_FAILURES,
-            "Exports of the OTLP push sink that failed (collector down or refusing, timeout), by signal; their data is lost: the SDK does not retry",
+            "Exports of the OTLP push sink that failed (collector down or refusing, timeout) after the exporter's own retries, by signal; the next push repairs metrics, verdict records are kept and sent again",
             OtlpSignal::ALL.into_iter().map(|s| {
                 (
                     vec![("signal", s.as_str())],
                     shared.telemetry.otlp_export_failures(s),
                 )
             }),
+        )?;
+        gauge(
+            &mut enc,
+            names::OTLP_VERDICTS_PENDING,
+            "Verdict records the OTLP collector refused, kept to be sent again (5 s after a failure, then at most a minute apart)",
+            shared.telemetry.otlp_verdicts_pending() as f64,
+        )?;
+        counter(
+            &mut enc,
+            names::OTLP_VERDICTS_LOST,
+            "Verdict records never delivered to the OTLP collector: over the 1,024 kept for redelivery, or still refused at shutdown",
+            shared.telemetry.otlp_verdicts_lost(),
         )?;
         gauges(
             &mut enc,
