@@ -232,6 +232,35 @@ const STDERR_LINE_BYTES: usize = 4 * 1024;
 /// discarded events). Runs on the stderr thread; all lines are seen before the output ends.
 pub type StderrTap = Box<dyn FnMut(&[u8]) + Send>;
 
+/// A line written to a tool's stdin at an interval while it runs: a control command that
+/// keeps it from sitting on buffered data (see `sources::perf::live`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ping {
+    pub line: &'static [u8],
+    pub every: std::time::Duration,
+}
+
+impl Ping {
+    /// Writes the line every interval until the tool's stdin is closed (it exited).
+    fn start(self, mut stdin: std::process::ChildStdin, tool: &str) {
+        use std::io::Write;
+        let spawned = std::thread::Builder::new()
+            .name("faultline-ping".into())
+            .spawn(move || loop {
+                std::thread::sleep(self.every);
+                if stdin.write_all(self.line).is_err() {
+                    break;
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(
+                tool,
+                "cannot start the thread that flushes {tool} ({e}): its data may arrive late"
+            );
+        }
+    }
+}
+
 /// The stdout of a child tool (`perf`, `babeltrace2`) as buffered text.
 ///
 /// At end of output the child is reaped; a failing exit status becomes a read error carrying
@@ -276,12 +305,28 @@ impl ChildOutput {
     /// Runs `first | second` and reads `second`'s stdout; `first`'s stderr is inherited
     /// (its failure still shows, as `second` then sees a broken stream).
     pub fn spawn_pipe(
-        mut first: Command,
+        first: Command,
         second: Command,
         install_hint: &str,
     ) -> Result<Self, SourceError> {
+        Self::spawn_pipe_pinged(first, second, install_hint, None)
+    }
+
+    /// [`ChildOutput::spawn_pipe`], writing `ping` to `first`'s stdin at its interval for
+    /// as long as `first` runs (a control channel: `perf record --control fd:0`).
+    pub fn spawn_pipe_pinged(
+        mut first: Command,
+        second: Command,
+        install_hint: &str,
+        ping: Option<Ping>,
+    ) -> Result<Self, SourceError> {
         let tool = first.get_program().to_string_lossy().into_owned();
-        first.stdin(Stdio::null()).stdout(Stdio::piped());
+        let stdin = if ping.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
+        first.stdin(stdin).stdout(Stdio::piped());
         // Own process group (as below): a Ctrl-C in faultline's terminal reaches the whole
         // foreground group, and tools killed by it before faultline stops them ended as
         // failures, losing what was still in the pipe and perf's loss tally.
@@ -307,6 +352,9 @@ impl ChildOutput {
                 return Err(e);
             }
         };
+        if let (Some(ping), Some(stdin)) = (ping, head.stdin.take()) {
+            ping.start(stdin, &tool);
+        }
         out.upstream.push((tool, TrackedChild::new(head)));
         Ok(out)
     }

@@ -2,15 +2,16 @@
 //! cgroup, a command or the whole system, and streams the text through the same readers as
 //! recorded files. Readers block; the host runs them in `spawn_blocking`.
 
-use std::process::Command;
-use std::sync::Arc;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use faultline_engine::syscalls::Arch;
 
 use super::script::PerfScriptReader;
 use super::trace::PerfTraceReader;
 use crate::pipeline::telemetry::SourceStats;
-use crate::sources::input::ChildOutput;
+use crate::sources::input::{ChildOutput, Ping};
 use crate::sources::SourceError;
 
 /// The executable.
@@ -81,9 +82,16 @@ fn target_args(cmd: &mut Command, target: &PerfTarget) -> Result<(), SourceError
         PerfTarget::Command(argv) if argv.is_empty() => {
             return Err(SourceError::Invalid("perf: empty command".into()))
         }
+        // Its stdin is not perf's, which may be perf's control channel.
         PerfTarget::Command(argv) => {
-            cmd.args(["--", "sh", "-c", "exec \"$@\" 1>&2", "faultline-workload"])
-                .args(argv);
+            cmd.args([
+                "--",
+                "sh",
+                "-c",
+                "exec \"$@\" 1>&2 </dev/null",
+                "faultline-workload",
+            ])
+            .args(argv);
         }
         PerfTarget::SystemWide => {
             cmd.arg("-a");
@@ -103,15 +111,59 @@ pub struct RecordOptions {
     /// time and how it leaves the CPU, which tell a runaway thread from a CPU-starved one
     /// and a spinner from a thread that pages.
     pub cpu_time: bool,
+    /// How often perf is told to hand over what its buffers hold (a `ping` on its control
+    /// channel, when this perf has `--control`). Without it, perf is woken only when half
+    /// of a CPU's buffer (2 MiB) is full: a quiet service's calls, or a hung one's last
+    /// ones, waited minutes in the kernel. `None`: perf's own wakeups only.
+    pub flush_every: Option<Duration>,
 }
+
+/// Default of [`RecordOptions::flush_every`]: a wakeup of `perf record` a second costs
+/// nothing measurable and bounds the wait of a quiet target's records to a few seconds.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(1);
 
 impl Default for RecordOptions {
     fn default() -> Self {
         Self {
             mmap_pages: MMAP_PAGES,
             cpu_time: true,
+            flush_every: Some(FLUSH_EVERY),
         }
     }
+}
+
+/// The ping that makes `perf record` hand over its buffers, if `opts` asks for one and
+/// this perf can take it.
+fn flush_ping(opts: &RecordOptions) -> Option<Ping> {
+    let every = opts.flush_every?;
+    control_supported().then_some(Ping {
+        line: b"ping\n",
+        every,
+    })
+}
+
+/// Whether this perf takes `--control` (perf 5.10 and later). Any command on the control
+/// channel wakes `perf record`, which then writes out everything its buffers hold; `ping`
+/// is the one that changes nothing else.
+fn control_supported() -> bool {
+    static SUPPORTED: OnceLock<bool> = OnceLock::new();
+    *SUPPORTED.get_or_init(|| {
+        let help = Command::new(PERF)
+            .args(["record", "-h"])
+            .stdin(Stdio::null())
+            .output();
+        let supported = help.is_ok_and(|o| {
+            [&o.stdout, &o.stderr]
+                .iter()
+                .any(|t| String::from_utf8_lossy(t).contains("--control"))
+        });
+        if !supported {
+            tracing::info!(
+                "this perf has no --control: a quiet target's calls reach faultline only when perf's buffer half fills (or at its end)"
+            );
+        }
+        supported
+    })
 }
 
 /// The `perf record` command writing pipe-mode data to stdout.
@@ -139,6 +191,10 @@ pub fn record_command_with(
         }
     }
     cmd.args(["-k", "CLOCK_MONOTONIC", "-o", "-"]);
+    if flush_ping(&opts).is_some() {
+        // Commands arrive on perf's stdin (see `spawn_script_with`).
+        cmd.args(["--control", "fd:0"]);
+    }
     target_args(&mut cmd, target)?;
     Ok(cmd)
 }
@@ -177,7 +233,8 @@ pub fn spawn_script_with(
 ) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
     warn_if_not_permitted();
     let record = record_command_with(target, opts)?;
-    let out = ChildOutput::spawn_pipe(record, script_command(), INSTALL_HINT)?;
+    let out =
+        ChildOutput::spawn_pipe_pinged(record, script_command(), INSTALL_HINT, flush_ping(&opts))?;
     let stderr = out.stderr_tail();
     Ok(PerfScriptReader::new(out, arch, stats)
         .live()
@@ -256,6 +313,7 @@ mod tests {
         let opts = RecordOptions {
             mmap_pages: 8,
             cpu_time: true,
+            flush_every: Some(FLUSH_EVERY),
         };
         let a = args(&record_command_with(&PerfTarget::SystemWide, opts).unwrap());
         assert!(a.windows(2).any(|w| w == ["-m", "8"]));
@@ -275,6 +333,15 @@ mod tests {
         assert!(!SCHED_EVENTS
             .iter()
             .any(|e| a.windows(2).any(|w| w == ["-e", *e])));
+        // The control channel is asked for when the flush is, and this perf has it.
+        let controlled = |a: &[String]| a.windows(2).any(|w| w == ["--control", "fd:0"]);
+        assert_eq!(controlled(&a), control_supported());
+        let unflushed = RecordOptions {
+            flush_every: None,
+            ..opts
+        };
+        let a = args(&record_command_with(&PerfTarget::SystemWide, unflushed).unwrap());
+        assert!(!controlled(&a));
     }
 
     /// Lost-event records are what `kernel_lost` counts: the decoder must be asked for them.
