@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use super::names::{self, thread_states};
 use super::otlp_failures::{Counted, ExportFailures};
-use super::otlp_redelivery::{Redelivery, RedeliveryHandle};
+use super::otlp_redelivery::{Redelivery, Undelivered};
 use crate::pipeline::report_sink::{ReportSink, SinkError};
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 
@@ -171,8 +171,27 @@ pub struct OtlpSink {
     loggers: SdkLoggerProvider,
     logger: SdkLogger,
     /// Verdict records the collector refused, kept for another try.
-    redelivery: RedeliveryHandle<Counted<LogExporter>>,
-    redelivery_timer: tokio::task::JoinHandle<()>,
+    undelivered: Undelivered<Counted<LogExporter>>,
+    redelivery_timer: Timer,
+}
+
+/// The redelivery timer's task; stopped when dropped (a sink dropped without `shutdown`).
+#[derive(Debug)]
+struct Timer(tokio::task::JoinHandle<()>);
+
+impl Timer {
+    /// Stops the task and waits until it is gone, so that records it had taken for a
+    /// redelivery are back in the queue.
+    async fn stop(mut self) {
+        self.0.abort();
+        let _ = (&mut self.0).await;
+    }
+}
+
+impl Drop for Timer {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl OtlpSink {
@@ -240,8 +259,8 @@ impl OtlpSink {
         let mut log_exporter = Counted::new(log_exporter, failures);
         log_exporter.set_resource(&resource);
         let log_exporter = Redelivery::new(log_exporter, telemetry.clone());
-        let redelivery = log_exporter.handle();
-        let redelivery_timer = tokio::spawn(log_exporter.handle().run());
+        let undelivered = log_exporter.undelivered();
+        let redelivery_timer = Timer(tokio::spawn(log_exporter.handle().run()));
         let reader = PeriodicReader::builder(metric_exporter)
             .with_interval(Duration::from_secs(cfg.interval_seconds.max(1)))
             .build();
@@ -262,7 +281,7 @@ impl OtlpSink {
             meters,
             loggers,
             logger,
-            redelivery,
+            undelivered,
             redelivery_timer,
         })
     }
@@ -381,27 +400,30 @@ impl OtlpSink {
 
     /// Pushes everything now and stops the exporters (the last metrics and pending verdict
     /// logs are sent). The SDK calls block, so they run off the async workers. Verdict
-    /// records the collector still refuses are counted lost, and make this an error.
+    /// records the collector still refuses are counted lost, and make this an error; so
+    /// are they when the caller's time limit drops this future first.
     pub async fn shutdown(self) -> Result<(), SinkError> {
         let Self {
             meters,
             loggers,
-            redelivery,
+            undelivered,
             redelivery_timer,
             ..
         } = self;
-        redelivery_timer.abort();
+        redelivery_timer.stop().await;
         // One last try for the records the collector refused, bounded like the SDK's own
         // shutdown (a collector that never answers must not hold the exit); cut short, the
         // records stay pending and are counted lost below.
-        let _ = tokio::time::timeout(FINAL_REDELIVERY, redelivery.flush()).await;
+        let _ = tokio::time::timeout(FINAL_REDELIVERY, undelivered.flush()).await;
         let joined = tokio::task::spawn_blocking(move || {
             let m = meters.shutdown();
             let l = loggers.shutdown();
             m.and(l)
         })
         .await;
-        let lost = redelivery.abandon();
+        // Records the SDK's batch thread still held when its own limit ran out are not
+        // counted here: they never reached this sink's queue.
+        let lost = undelivered.give_up();
         if lost > 0 {
             tracing::warn!(
                 lost,

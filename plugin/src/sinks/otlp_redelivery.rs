@@ -2,11 +2,14 @@
 //!
 //! A verdict record is sent once, when a target's verdict changes: if it is lost, the
 //! collector's side never hears of that verdict. The SDK's exporter retries a failed export
-//! for a few seconds only (opentelemetry-otlp 0.33: 3 retries, 0.1–1.6 s apart), less than a
-//! collector restart or a network blip takes. [`Redelivery`] keeps the records of a failed
-//! export (at most [`MAX_PENDING`]; past that the oldest are dropped and counted) and sends
-//! them again, ahead of newer ones, with the next export or on its own timer: 5 s after the
-//! failure, backing off to once a minute while the collector stays away.
+//! at most 3 times within about a second (opentelemetry-otlp 0.33's default policy; not at
+//! all for errors it deems permanent), less than a collector restart or a network blip
+//! takes. [`Redelivery`] keeps the records of a failed export (at most [`MAX_PENDING`];
+//! past that the oldest are dropped and counted) and sends them again, oldest first, in
+//! batches of at most [`CHUNK`]: after the next export that succeeds, or on its own timer
+//! 5 s after a failure, backing off to once a minute while the collector stays away. New
+//! records always go out on their own first, so a batch the collector keeps refusing never
+//! holds back later verdicts.
 //!
 //! Metrics need none of this: each push carries the cumulative values, so the next
 //! successful push repairs a lost one.
@@ -27,6 +30,9 @@ use crate::pipeline::telemetry::Telemetry;
 /// Verdict records kept for redelivery; one per verdict change, so 1,024 is hours of a
 /// flapping fleet's verdicts, and a few hundred KiB.
 pub const MAX_PENDING: usize = 1024;
+/// Records per redelivery: the SDK's own largest batch (`max_export_batch_size`), so a
+/// redelivery is never larger than a request the collector took before.
+pub const CHUNK: usize = 512;
 /// First redelivery after a failure: a restarting collector is usually back by then.
 const RETRY_FIRST: Duration = Duration::from_secs(5);
 /// Longest wait between redeliveries while the collector stays away.
@@ -40,20 +46,40 @@ pub struct Redelivery<E> {
     core: Arc<Core<E>>,
 }
 
-/// The redelivery side of a [`Redelivery`]: its timer and the last attempt at shutdown.
+/// The redelivery timer of a [`Redelivery`] ([`RedeliveryHandle::run`]).
 #[derive(Debug)]
 pub struct RedeliveryHandle<E> {
     core: Arc<Core<E>>,
 }
 
+/// What is still undelivered when the sink stops: one last attempt, then the rest is
+/// counted lost. Dropped without [`Undelivered::give_up`] (a shutdown cut short by its time
+/// limit, a sink dropped without shutdown), it counts them all the same.
+#[derive(Debug)]
+pub struct Undelivered<E: LogExporter> {
+    core: Arc<Core<E>>,
+    counted: bool,
+}
+
 #[derive(Debug)]
 struct Core<E> {
     inner: E,
-    /// Oldest first.
-    pending: Mutex<VecDeque<Owned>>,
+    state: Mutex<Pending>,
+    /// One send at a time (the SDK's batch thread and the timer task): records go back to
+    /// the queue in the order they were kept. A Tokio mutex works from both.
+    sending: tokio::sync::Mutex<()>,
     telemetry: Arc<Telemetry>,
     /// Wakes the timer when records become pending.
     wake: Notify,
+}
+
+#[derive(Debug, Default)]
+struct Pending {
+    /// Oldest first.
+    records: VecDeque<Owned>,
+    /// Taken for a redelivery that has not ended yet: still counted as pending, so a retry
+    /// that fails again does not show as a moment of nothing pending.
+    in_flight: usize,
 }
 
 impl<E: LogExporter> Redelivery<E> {
@@ -63,26 +89,45 @@ impl<E: LogExporter> Redelivery<E> {
         Self {
             core: Arc::new(Core {
                 inner,
-                pending: Mutex::new(VecDeque::new()),
+                state: Mutex::new(Pending::default()),
+                sending: tokio::sync::Mutex::new(()),
                 telemetry,
                 wake: Notify::new(),
             }),
         }
     }
 
-    /// The handle that runs the redelivery timer and the last attempt at shutdown.
+    /// The handle that runs the redelivery timer.
     pub fn handle(&self) -> RedeliveryHandle<E> {
         RedeliveryHandle {
             core: self.core.clone(),
+        }
+    }
+
+    /// The account of what is left undelivered at the end (one per sink).
+    pub fn undelivered(&self) -> Undelivered<E> {
+        Undelivered {
+            core: self.core.clone(),
+            counted: false,
         }
     }
 }
 
 impl<E: LogExporter> LogExporter for Redelivery<E> {
     async fn export(&self, batch: LogBatch<'_>) -> OTelSdkResult {
+        let _one = self.core.sending.lock().await;
         let newer: Vec<(&SdkLogRecord, &InstrumentationScope)> = batch.iter().collect();
-        let older = self.core.take();
-        self.core.send(older, &newer).await
+        let result = self.core.inner.export(LogBatch::new(&newer)).await;
+        match result {
+            Err(_) => self
+                .core
+                .keep(newer.iter().map(|(r, s)| ((*r).clone(), (*s).clone()))),
+            // The collector is back: one batch of the kept records goes too.
+            Ok(()) => {
+                let _ = self.core.redeliver_chunk().await;
+            }
+        }
+        result
     }
 
     fn shutdown_with_timeout(&self, timeout: Duration) -> OTelSdkResult {
@@ -114,98 +159,123 @@ impl<E: LogExporter> RedeliveryHandle<E> {
                 continue;
             }
             tokio::time::sleep(delay).await;
-            let older = self.core.take();
-            if older.is_empty() {
-                continue;
-            }
-            delay = match self.core.send(older, &[]).await {
-                Ok(()) => RETRY_FIRST,
-                Err(_) => (delay * 2).min(RETRY_MAX),
+            delay = if self.core.redeliver_all().await {
+                RETRY_FIRST
+            } else {
+                (delay * 2).min(RETRY_MAX)
             };
         }
     }
+}
 
+impl<E: LogExporter> Undelivered<E> {
     /// One more attempt at the pending records (at shutdown); returns how many are still
     /// pending after it.
     pub async fn flush(&self) -> usize {
-        let older = self.core.take();
-        if !older.is_empty() {
-            // A failure is counted by the inner exporter and leaves the records pending.
-            let _ = self.core.send(older, &[]).await;
-        }
+        self.core.redeliver_all().await;
         self.core.pending_len()
     }
 
     /// Gives up on the records still pending (the sink is stopping): counts them as lost
     /// and returns how many there were.
-    pub fn abandon(&self) -> usize {
-        let n = self.core.take().len();
+    pub fn give_up(mut self) -> usize {
+        self.count_lost()
+    }
+
+    fn count_lost(&mut self) -> usize {
+        if self.counted {
+            return 0;
+        }
+        self.counted = true;
+        let mut st = self.core.lock();
+        let n = st.records.len() + st.in_flight;
+        st.records.clear();
+        st.in_flight = 0;
         self.core.telemetry.add_otlp_verdicts_lost(n as u64);
         self.core.telemetry.set_otlp_verdicts_pending(0);
         n
     }
 }
 
+impl<E: LogExporter> Drop for Undelivered<E> {
+    fn drop(&mut self) {
+        let lost = self.count_lost();
+        if lost > 0 {
+            tracing::warn!(
+                lost,
+                "verdict records never reached the OTLP collector (counted in faultline_otlp_verdict_records_lost_total)"
+            );
+        }
+    }
+}
+
 impl<E: LogExporter> Core<E> {
-    fn lock(&self) -> MutexGuard<'_, VecDeque<Owned>> {
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, Pending> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     fn pending_len(&self) -> usize {
-        self.lock().len()
+        let st = self.lock();
+        st.records.len() + st.in_flight
     }
 
-    fn take(&self) -> Vec<Owned> {
-        let mut p = self.lock();
-        // The gauge keeps counting them while they are in flight: a retry that fails again
-        // must not show as a moment of nothing pending.
-        p.drain(..).collect()
-    }
-
-    /// Exports `older` (taken from pending) then `newer` in one batch; on failure keeps all
-    /// of them pending, ahead of any records that became pending meanwhile. Cancel-safe:
-    /// dropped mid-export (a shutdown's time limit), it keeps `older` pending too.
-    async fn send(
-        &self,
-        older: Vec<Owned>,
-        newer: &[(&SdkLogRecord, &InstrumentationScope)],
-    ) -> OTelSdkResult {
-        let mut unsent = Unsent {
-            core: self,
-            records: older,
-        };
-        let result = {
-            let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> = unsent
-                .records
-                .iter()
-                .map(|(r, s)| (r, s))
-                .chain(newer.iter().copied())
-                .collect();
-            if refs.is_empty() {
-                return Ok(());
+    /// Sends the pending records, a batch at a time, until none are left (true) or the
+    /// collector refuses one (false).
+    async fn redeliver_all(&self) -> bool {
+        let _one = self.sending.lock().await;
+        loop {
+            match self.redeliver_chunk().await {
+                Some(Ok(())) => continue,
+                Some(Err(_)) => return false,
+                None => return true,
             }
+        }
+    }
+
+    /// Sends the oldest pending records (at most [`CHUNK`]), with the `sending` lock
+    /// held; `None` when there were none. Cancel-safe: dropped mid-export (a shutdown's
+    /// time limit), it puts them back.
+    async fn redeliver_chunk(&self) -> Option<OTelSdkResult> {
+        let mut chunk = InFlight {
+            core: self,
+            records: {
+                let mut st = self.lock();
+                let n = st.records.len().min(CHUNK);
+                st.in_flight += n;
+                st.records.drain(..n).collect()
+            },
+        };
+        if chunk.records.is_empty() {
+            return None;
+        }
+        let result = {
+            let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+                chunk.records.iter().map(|(r, s)| (r, s)).collect();
             self.inner.export(LogBatch::new(&refs)).await
         };
         if result.is_ok() {
-            unsent.records.clear();
-            self.telemetry
-                .set_otlp_verdicts_pending(self.pending_len() as u64);
-        } else {
-            let copies = newer.iter().map(|(r, s)| ((*r).clone(), (*s).clone()));
-            unsent.records.extend(copies);
+            chunk.delivered();
         }
-        // Dropping `unsent` keeps what it still holds.
-        result
+        // Otherwise dropping `chunk` puts its records back, ahead of the rest.
+        Some(result)
     }
 
-    fn keep(&self, failed: Vec<Owned>) {
-        let mut p = self.lock();
-        for rec in failed.into_iter().rev() {
-            p.push_front(rec);
-        }
-        let over = p.len().saturating_sub(MAX_PENDING);
+    /// Keeps the records of a failed export, after those kept before.
+    fn keep(&self, failed: impl Iterator<Item = Owned>) {
+        let mut st = self.lock();
+        st.records.extend(failed);
+        self.trim(&mut st);
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// Drops the oldest records past [`MAX_PENDING`] (counted) and updates the gauge,
+    /// under the lock so that the gauge is never stale.
+    fn trim(&self, st: &mut Pending) {
+        let over = (st.records.len() + st.in_flight).saturating_sub(MAX_PENDING);
+        let over = over.min(st.records.len());
         if over > 0 {
-            p.drain(..over);
+            st.records.drain(..over);
             let lost = self.telemetry.add_otlp_verdicts_lost(over as u64);
             if lost == over as u64 {
                 tracing::warn!(
@@ -214,23 +284,40 @@ impl<E: LogExporter> Core<E> {
                 );
             }
         }
-        self.telemetry.set_otlp_verdicts_pending(p.len() as u64);
-        drop(p);
-        self.wake.notify_one();
+        self.telemetry
+            .set_otlp_verdicts_pending((st.records.len() + st.in_flight) as u64);
     }
 }
 
-/// Records taken for an export that has not succeeded: kept pending again when dropped.
-struct Unsent<'a, E: LogExporter> {
+/// Records taken for a redelivery that has not succeeded: put back at the front of the
+/// queue when dropped.
+struct InFlight<'a, E: LogExporter> {
     core: &'a Core<E>,
     records: Vec<Owned>,
 }
 
-impl<E: LogExporter> Drop for Unsent<'_, E> {
+impl<E: LogExporter> InFlight<'_, E> {
+    fn delivered(&mut self) {
+        let mut st = self.core.lock();
+        st.in_flight = st.in_flight.saturating_sub(self.records.len());
+        self.records.clear();
+        self.core.trim(&mut st);
+    }
+}
+
+impl<E: LogExporter> Drop for InFlight<'_, E> {
     fn drop(&mut self) {
-        if !self.records.is_empty() {
-            self.core.keep(std::mem::take(&mut self.records));
+        if self.records.is_empty() {
+            return;
         }
+        let mut st = self.core.lock();
+        st.in_flight = st.in_flight.saturating_sub(self.records.len());
+        for rec in std::mem::take(&mut self.records).into_iter().rev() {
+            st.records.push_front(rec);
+        }
+        self.core.trim(&mut st);
+        drop(st);
+        self.core.wake.notify_one();
     }
 }
 
@@ -242,10 +329,12 @@ mod tests {
     use opentelemetry_sdk::logs::SdkLoggerProvider;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
-    /// Refuses the first `fail` exports, then records the bodies it was given.
+    /// Refuses the first `fail` exports, and any batch holding the body `poison`; records
+    /// the bodies of the batches it takes.
     #[derive(Clone, Debug, Default)]
     struct Flaky {
         fail: Arc<AtomicUsize>,
+        poison: Option<String>,
         got: Arc<Mutex<Vec<String>>>,
     }
 
@@ -258,41 +347,67 @@ mod tests {
             {
                 return Err(OTelSdkError::InternalFailure("collector down".into()));
             }
-            let mut got = self.got.lock().unwrap();
-            got.extend(
-                batch
-                    .iter()
-                    .map(|(r, _)| format!("{:?}", r.body().expect("a body"))),
-            );
+            let bodies: Vec<String> = batch
+                .iter()
+                .map(|(r, _)| format!("{:?}", r.body().expect("a body")))
+                .collect();
+            if let Some(p) = &self.poison {
+                if bodies.contains(&body(p)) {
+                    return Err(OTelSdkError::InternalFailure("413 too large".into()));
+                }
+            }
+            self.got.lock().unwrap().extend(bodies);
             Ok(())
         }
     }
 
-    /// `n` owned records with bodies "0", "1", …, made by a real SDK logger.
-    fn records(n: usize) -> Vec<Owned> {
+    /// Never answers: an export to it only ends by being dropped.
+    #[derive(Debug)]
+    struct BlackHole;
+
+    impl LogExporter for BlackHole {
+        async fn export(&self, _batch: LogBatch<'_>) -> OTelSdkResult {
+            std::future::pending().await
+        }
+    }
+
+    /// Owned records with these bodies, made by a real SDK logger.
+    fn records_named(names: &[&str]) -> Vec<Owned> {
         let provider = SdkLoggerProvider::builder().build();
         let logger = provider.logger("test");
-        (0..n)
-            .map(|i| {
+        names
+            .iter()
+            .map(|name| {
                 let mut r = logger.create_log_record();
-                r.set_body(i.to_string().into());
+                r.set_body(name.to_string().into());
                 (r, InstrumentationScope::builder("test").build())
             })
             .collect()
+    }
+
+    /// `n` owned records with bodies "0", "1", ….
+    fn records(n: usize) -> Vec<Owned> {
+        let names: Vec<String> = (0..n).map(|i| i.to_string()).collect();
+        records_named(&names.iter().map(String::as_str).collect::<Vec<_>>())
     }
 
     fn refs(owned: &[Owned]) -> Vec<(&SdkLogRecord, &InstrumentationScope)> {
         owned.iter().map(|(r, s)| (r, s)).collect()
     }
 
+    fn body(name: &str) -> String {
+        format!(
+            "{:?}",
+            opentelemetry::logs::AnyValue::from(name.to_string())
+        )
+    }
+
     fn bodies(range: std::ops::Range<usize>) -> Vec<String> {
-        range
-            .map(|i| format!("{:?}", opentelemetry::logs::AnyValue::from(i.to_string())))
-            .collect()
+        range.map(|i| body(&i.to_string())).collect()
     }
 
     #[tokio::test]
-    async fn refused_records_go_out_first_with_the_next_export() {
+    async fn refused_records_go_out_right_after_the_next_export() {
         let flaky = Flaky::default();
         flaky.fail.store(1, Ordering::SeqCst);
         let t = Arc::new(Telemetry::default());
@@ -308,9 +423,38 @@ mod tests {
             .export(LogBatch::new(&refs(&all[2..])))
             .await
             .expect("the collector is back");
-        assert_eq!(*flaky.got.lock().unwrap(), bodies(0..3));
+        // The new record on its own, then the kept ones, oldest first.
+        let mut want = bodies(2..3);
+        want.extend(bodies(0..2));
+        assert_eq!(*flaky.got.lock().unwrap(), want);
         assert_eq!(t.otlp_verdicts_pending(), 0);
         assert_eq!(t.otlp_verdicts_lost(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_batch_the_collector_keeps_refusing_does_not_hold_back_new_ones() {
+        let flaky = Flaky {
+            poison: Some("poison".into()),
+            ..Flaky::default()
+        };
+        let t = Arc::new(Telemetry::default());
+        let exporter = Redelivery::new(flaky.clone(), t.clone());
+        let poison = records_named(&["poison"]);
+        assert!(exporter
+            .export(LogBatch::new(&refs(&poison)))
+            .await
+            .is_err());
+        let fresh = records_named(&["fresh"]);
+        exporter
+            .export(LogBatch::new(&refs(&fresh)))
+            .await
+            .expect("a new record goes out alone");
+        assert_eq!(*flaky.got.lock().unwrap(), vec![body("fresh")]);
+        assert_eq!(
+            t.otlp_verdicts_pending(),
+            1,
+            "the refused one is still kept"
+        );
     }
 
     #[tokio::test(start_paused = true)]
@@ -344,37 +488,31 @@ mod tests {
         assert_eq!(t.otlp_verdicts_pending(), MAX_PENDING as u64);
         assert_eq!(t.otlp_verdicts_lost(), 5);
         flaky.fail.store(0, Ordering::SeqCst);
-        let handle = exporter.handle();
-        assert_eq!(handle.flush().await, 0);
+        let left = exporter.undelivered();
+        assert_eq!(left.flush().await, 0);
+        assert_eq!(left.give_up(), 0);
+        // In batches of at most CHUNK, oldest first.
         assert_eq!(*flaky.got.lock().unwrap(), bodies(5..MAX_PENDING + 5));
-    }
-
-    /// Never answers: an export to it only ends by being dropped.
-    #[derive(Debug)]
-    struct BlackHole;
-
-    impl LogExporter for BlackHole {
-        async fn export(&self, _batch: LogBatch<'_>) -> OTelSdkResult {
-            std::future::pending().await
-        }
     }
 
     #[tokio::test]
     async fn a_redelivery_cut_short_keeps_its_records() {
         let t = Arc::new(Telemetry::default());
         let exporter = Redelivery::new(BlackHole, t.clone());
-        let all = records(2);
-        let handle = exporter.handle();
-        handle.core.keep(all);
+        let left = exporter.undelivered();
+        left.core.keep(records(2).into_iter());
         assert!(
-            tokio::time::timeout(Duration::from_millis(50), handle.flush())
+            tokio::time::timeout(Duration::from_millis(50), left.flush())
                 .await
                 .is_err(),
             "the black hole never answers"
         );
-        assert_eq!(handle.core.pending_len(), 2);
+        assert_eq!(left.core.pending_len(), 2);
         assert_eq!(t.otlp_verdicts_pending(), 2);
-        assert_eq!(handle.abandon(), 2);
+        // Dropped without giving up (a shutdown cut short): counted all the same.
+        drop(left);
+        assert_eq!(t.otlp_verdicts_lost(), 2);
+        assert_eq!(t.otlp_verdicts_pending(), 0);
     }
 
     #[tokio::test]
@@ -385,9 +523,9 @@ mod tests {
         let exporter = Redelivery::new(flaky, t.clone());
         let all = records(3);
         assert!(exporter.export(LogBatch::new(&refs(&all))).await.is_err());
-        let handle = exporter.handle();
-        assert_eq!(handle.flush().await, 3);
-        assert_eq!(handle.abandon(), 3);
+        let left = exporter.undelivered();
+        assert_eq!(left.flush().await, 3);
+        assert_eq!(left.give_up(), 3);
         assert_eq!(t.otlp_verdicts_pending(), 0);
         assert_eq!(t.otlp_verdicts_lost(), 3);
     }

@@ -539,7 +539,7 @@ impl Collector for SeriesCollector {
         gauge(
             &mut enc,
             names::OTLP_VERDICTS_PENDING,
-            "Verdict records the OTLP collector refused, kept to be sent again (5 s after a failure, then at most a minute apart)",
+            "Verdict records the OTLP collector refused, kept to be sent again (after the next successful export, or 5 s after a failure, then at most a minute apart)",
             shared.telemetry.otlp_verdicts_pending() as f64,
         )?;
         counter(

@@ -241,22 +241,27 @@ pub struct Ping {
 }
 
 impl Ping {
-    /// Writes the line every interval until the tool's stdin is closed (it exited).
-    fn start(self, mut stdin: std::process::ChildStdin, tool: &str) {
+    /// Writes the line every interval to a copy of `stdin` until the tool has closed its
+    /// end (it exited).
+    fn start(self, stdin: &std::os::fd::OwnedFd, tool: &str) {
         use std::io::Write;
+        let mut pipe = match stdin.try_clone() {
+            Ok(fd) => std::fs::File::from(fd),
+            Err(e) => {
+                tracing::warn!("cannot flush {tool} periodically ({e}): its data may arrive late");
+                return;
+            }
+        };
         let spawned = std::thread::Builder::new()
             .name("faultline-ping".into())
             .spawn(move || loop {
                 std::thread::sleep(self.every);
-                if stdin.write_all(self.line).is_err() {
+                if pipe.write_all(self.line).is_err() {
                     break;
                 }
             });
         if let Err(e) = spawned {
-            tracing::warn!(
-                tool,
-                "cannot start the thread that flushes {tool} ({e}): its data may arrive late"
-            );
+            tracing::warn!("cannot flush {tool} periodically ({e}): its data may arrive late");
         }
     }
 }
@@ -278,6 +283,10 @@ pub struct ChildOutput {
     finished: bool,
     /// The stderr tail once the tool ended, for readers that take its end-of-run summary.
     stderr_tail: StderrTail,
+    /// The write end of a [`Ping`]ed tool's stdin, held for the tool's whole life: perf
+    /// aborts when its control channel closes under it (a ping thread that could not
+    /// start must not end the capture).
+    control: Option<std::os::fd::OwnedFd>,
 }
 
 /// The tail of a child tool's stderr, filled when the tool has ended (see
@@ -353,7 +362,9 @@ impl ChildOutput {
             }
         };
         if let (Some(ping), Some(stdin)) = (ping, head.stdin.take()) {
-            ping.start(stdin, &tool);
+            let stdin = std::os::fd::OwnedFd::from(stdin);
+            ping.start(&stdin, &tool);
+            out.control = Some(stdin);
         }
         out.upstream.push((tool, TrackedChild::new(head)));
         Ok(out)
@@ -385,6 +396,7 @@ impl ChildOutput {
             upstream: Vec::new(),
             finished: false,
             stderr_tail: StderrTail::default(),
+            control: None,
         })
     }
 

@@ -171,10 +171,21 @@ pub fn record_command(target: &PerfTarget) -> Result<Command, SourceError> {
     record_command_with(target, RecordOptions::default())
 }
 
-/// [`record_command`] with explicit options.
+/// [`record_command`] with explicit options. It takes no control channel: that needs
+/// the ping on its stdin that [`spawn_script_with`] sets up (perf spins on a control
+/// channel at end of file, and aborts when one closes).
 pub fn record_command_with(
     target: &PerfTarget,
     opts: RecordOptions,
+) -> Result<Command, SourceError> {
+    record_command_controlled(target, opts, false)
+}
+
+/// The `perf record` command, reading control commands on its stdin when `control`.
+fn record_command_controlled(
+    target: &PerfTarget,
+    opts: RecordOptions,
+    control: bool,
 ) -> Result<Command, SourceError> {
     let mut cmd = Command::new(PERF);
     cmd.arg("record")
@@ -191,8 +202,7 @@ pub fn record_command_with(
         }
     }
     cmd.args(["-k", "CLOCK_MONOTONIC", "-o", "-"]);
-    if flush_ping(&opts).is_some() {
-        // Commands arrive on perf's stdin (see `spawn_script_with`).
+    if control {
         cmd.args(["--control", "fd:0"]);
     }
     target_args(&mut cmd, target)?;
@@ -232,9 +242,9 @@ pub fn spawn_script_with(
     opts: RecordOptions,
 ) -> Result<PerfScriptReader<ChildOutput>, SourceError> {
     warn_if_not_permitted();
-    let record = record_command_with(target, opts)?;
-    let out =
-        ChildOutput::spawn_pipe_pinged(record, script_command(), INSTALL_HINT, flush_ping(&opts))?;
+    let ping = flush_ping(&opts);
+    let record = record_command_controlled(target, opts, ping.is_some())?;
+    let out = ChildOutput::spawn_pipe_pinged(record, script_command(), INSTALL_HINT, ping)?;
     let stderr = out.stderr_tail();
     Ok(PerfScriptReader::new(out, arch, stats)
         .live()
@@ -333,15 +343,14 @@ mod tests {
         assert!(!SCHED_EVENTS
             .iter()
             .any(|e| a.windows(2).any(|w| w == ["-e", *e])));
-        // The control channel is asked for when the flush is, and this perf has it.
+        // The control channel only where its ping is set up, before the target's
+        // arguments (a command's argv ends the list).
         let controlled = |a: &[String]| a.windows(2).any(|w| w == ["--control", "fd:0"]);
-        assert_eq!(controlled(&a), control_supported());
-        let unflushed = RecordOptions {
-            flush_every: None,
-            ..opts
-        };
-        let a = args(&record_command_with(&PerfTarget::SystemWide, unflushed).unwrap());
         assert!(!controlled(&a));
+        let cmd = PerfTarget::Command(vec!["ls".into()]);
+        let a = args(&record_command_controlled(&cmd, opts, true).unwrap());
+        let at = a.iter().position(|x| x == "--control").expect("--control");
+        assert!(at < a.iter().position(|x| x == "--").expect("--"));
     }
 
     /// Lost-event records are what `kernel_lost` counts: the decoder must be asked for them.
