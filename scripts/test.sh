@@ -37,6 +37,8 @@ echo "== cargo fmt"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo doc (broken or private links in public docs fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test"
 cargo test --workspace
 echo "== real-world smoke (PostgreSQL under pgbench: control, CPU cap, table lock; one case through OTLP)"

@@ -75,7 +75,7 @@ impl Default for Epoch {
 }
 
 /// The three epochs of one baseline (see the module docs), plus what the approved
-/// epoch implies for the next moving averages ([`Gate`]), in two parts kept apart by
+/// epoch implies for the next moving averages (`Gate`), in two parts kept apart by
 /// the per-thread channels: what every moving average touches ([`BaselineHot`]) and
 /// what only a possible outlier, an epoch boundary or an evaluation reads
 /// ([`BaselineCold`]). The pooled baselines keep both together.

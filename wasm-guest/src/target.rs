@@ -11,7 +11,7 @@
 //! threads (≥ 256) the loop prefetches a few events ahead (tid index line, then the
 //! thread record, then the channels the call will touch) so cache misses overlap (the
 //! WASM guest, from ~1,500 threads, a group of events at a time through its host:
-//! [`Target::hint_group`]);
+//! `Target::hint_group`);
 //! a unit split marks channels stale instead of resetting each one.
 //!
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +

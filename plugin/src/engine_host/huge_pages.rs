@@ -23,7 +23,7 @@ const HUGE: usize = 2 << 20;
 #[cfg(target_os = "linux")]
 const MADV_COLLAPSE: libc::c_int = 25;
 
-/// What [`HugePages`] did so far, for logs and tests.
+/// What `HugePages` did so far, for logs and tests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct HugePageStats {
     /// Bytes now backed by huge pages that the host collapsed.

@@ -17,7 +17,7 @@ pub struct NativeHost {
 impl NativeHost {
     /// An engine whose targets use `params` unless given their own; with `huge_pages`,
     /// the heap it allocates from is collapsed into huge pages as it grows (see
-    /// [`super::heap_huge_pages`]: the passes run inside `ingest`, on the caller's thread,
+    /// `engine_host::heap_huge_pages`: the passes run inside `ingest`, on the caller's thread,
     /// whose arena holds what the engine allocated there).
     pub fn new(params: Params, huge_pages: bool) -> Result<Self, HostError> {
         Ok(Self {

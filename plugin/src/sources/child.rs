@@ -161,7 +161,7 @@ impl ChildStopper {
     }
 
     /// Sends SIGTERM to every child not reaped yet; how many were signalled. A child that
-    /// dies by it ends its output cleanly (see [`TrackedChild::stopped_by_us`]).
+    /// dies by it ends its output cleanly (see `TrackedChild::stopped_by_us`).
     pub fn terminate(&self) -> usize {
         self.0.iter().filter(|s| s.signal(libc::SIGTERM)).count()
     }

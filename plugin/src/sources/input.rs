@@ -236,7 +236,9 @@ pub type StderrTap = Box<dyn FnMut(&[u8]) + Send>;
 /// keeps it from sitting on buffered data (see `sources::perf::live`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Ping {
+    /// The command, with its newline (`b"ping\n"` for perf).
     pub line: &'static [u8],
+    /// How long the tool may sit on data: the ping's interval.
     pub every: std::time::Duration,
 }
 

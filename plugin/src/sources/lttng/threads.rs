@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 /// Threads remembered at most, so memory stays bounded. Threads are forgotten on
 /// `sched_process_free`, but traces often lack that event: when the table is full, the
-/// threads seen longest ago make room (see [`Threads::make_room`]).
+/// threads seen longest ago make room (see `Threads::make_room`).
 pub const MAX_THREADS: usize = 1 << 18;
 /// When the table is full, this fraction of it (the threads seen longest ago) is evicted
 /// in one pass, so the O(n) scan runs once per `cap / EVICT_FRACTION` new threads.

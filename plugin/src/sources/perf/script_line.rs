@@ -20,7 +20,7 @@
 
 use memchr::memmem;
 
-/// Which syscall a line names: a number (raw_syscalls) or a name (syscalls:sys_*_<name>).
+/// Which syscall a line names: a number (raw_syscalls) or a name (`syscalls:sys_*_<name>`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Call<'a> {
     Number(i64),
