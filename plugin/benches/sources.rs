@@ -189,7 +189,11 @@ mod lttng {
                         *out.entry(id.name().to_string()).or_insert(0) += 1;
                     }
                 }
-                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {}
+                EventKind::Complete
+                | EventKind::OnCpu
+                | EventKind::OffCpu
+                | EventKind::Lost
+                | EventKind::Counters => {}
             }
         }
         out

@@ -42,12 +42,22 @@ pub enum EventKind {
     /// thread's next call after it starts a new execution unit (its gap and inter-arrival
     /// times would span the loss too). See [`SyscallEvent::lost`].
     Lost,
+    /// Not a call: thread `tid`'s hardware/software counters over the `duration_ns`
+    /// ending at `ts_ns` (`perf` holds the deltas; `0` when the interval is not known,
+    /// e.g. one sample of a sampled counter). From a source that samples counters per
+    /// thread (perf's sampled `cycles`, `instructions`, `cache-misses`), not per call.
+    /// Summed into the target's and the thread's vital signs (see
+    /// [`crate::vital_signs`]); the syscall analysis ignores it. See
+    /// [`SyscallEvent::counters`].
+    Counters,
 }
 
 /// Hardware/software counters sampled with a call, when the source has them.
 ///
-/// Each is a delta over the call (or `0` when not measured); used for ChopStix-style
-/// vital-sign symptoms, such as a busy loop showing as many cycles with few cache misses.
+/// Each is a delta over the call, or over the interval of an [`EventKind::Counters`]
+/// record (`0` when not measured); summed into ChopStix-style vital signs
+/// ([`crate::vital_signs`]), such as a busy loop showing as many cycles with few cache
+/// misses.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PerfCounters {
     pub cycles: u64,
@@ -166,6 +176,21 @@ impl SyscallEvent {
             duration_ns: 0,
             ret: None,
             perf: None,
+        }
+    }
+
+    /// Thread `tid`'s counters over the `interval_ns` ending at `ts_ns` (see
+    /// [`EventKind::Counters`]).
+    pub fn counters(pid: u32, tid: u32, ts_ns: u64, interval_ns: u64, perf: PerfCounters) -> Self {
+        Self {
+            pid,
+            tid,
+            syscall: SyscallId::UNKNOWN,
+            kind: EventKind::Counters,
+            ts_ns,
+            duration_ns: interval_ns,
+            ret: None,
+            perf: Some(perf),
         }
     }
 

@@ -36,6 +36,7 @@ pub mod target;
 pub mod thread;
 pub mod thread_store;
 pub mod tid_index;
+pub mod vital_signs;
 
 pub use engine::Engine;
 pub use event::{EventKind, PerfCounters, SyscallEvent};

@@ -202,6 +202,14 @@ pub struct EngineCounters {
     /// Targets restarted because their clock jumped back by more than an hour.
     #[serde(default)]
     pub clock_resets: u64,
+    /// Records whose counters went into the vital signs (counters records, and calls
+    /// that carried counters).
+    #[serde(default)]
+    pub counter_records: u64,
+    /// Of those, records of threads past `max_threads` with counters: they count for
+    /// their target's totals, not for a thread of their own.
+    #[serde(default)]
+    pub untracked_counter_records: u64,
 }
 
 /// One diagnosis of one target over one window.
@@ -257,6 +265,10 @@ pub struct Report {
     /// `taken` says whether that made the verdict external.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_taken: Option<CpuTaken>,
+    /// What the counters say the threads were doing (ChopStix's vital signs and
+    /// symptoms), when the source delivered counters; absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vital_signs: Option<crate::vital_signs::VitalSigns>,
 }
 
 /// The target's switches away from the CPU that handed it to another process's task, as

@@ -877,7 +877,11 @@ mod tests {
                     assert_eq!(id, e.syscall);
                     assert!(e.ts_ns > at);
                 }
-                EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {
+                EventKind::Complete
+                | EventKind::OnCpu
+                | EventKind::OffCpu
+                | EventKind::Lost
+                | EventKind::Counters => {
                     panic!("{:?} record in EnterExit shape", e.kind)
                 }
             }

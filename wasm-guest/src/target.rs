@@ -60,6 +60,7 @@ use crate::thread::{
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
+use crate::vital_signs::{SignsState, VitalSigns};
 
 /// The overflow sketch's key of a thread's syscall: one definition for the count, its
 /// prefetch and the episode-time estimate, which must all name the same counters.
@@ -289,6 +290,8 @@ pub struct Target {
     screen: ClockScreen,
     /// Where the next eviction's sample starts (see `new_thread`).
     evict_hand: usize,
+    /// Counter totals for the vital signs (empty without counters).
+    signs: SignsState,
 }
 
 impl Target {
@@ -318,6 +321,7 @@ impl Target {
             loss_ns: 0,
             screen: ClockScreen::default(),
             evict_hand: 0,
+            signs: SignsState::default(),
         }
     }
 
@@ -356,6 +360,7 @@ impl Target {
             self.activity = vec![Activity::default(); epochs * self.stride];
             self.activity_events = vec![0; epochs];
             self.epoch_slot = 0;
+            self.signs.reset_epochs();
         }
     }
 
@@ -558,7 +563,7 @@ impl Target {
             return;
         };
         let (key, enter_ns) = match ev.kind {
-            EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => return,
+            EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost | EventKind::Counters => return,
             EventKind::Complete => (ev.syscall.0, ev.ts_ns),
             // For the exit that will complete it: an exit that follows its enter within
             // `NEAR` events finds no pending call here, since the enter is not fed yet.
@@ -662,11 +667,23 @@ impl Target {
     }
 
     fn ingest_one(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) {
-        if ev.kind == EventKind::Lost {
-            // Applied lazily, at each thread's next exit and next call: O(1) per report.
-            self.loss_ns = self.loss_ns.max(ev.ts_ns);
-            c.loss_reports += 1;
-            return;
+        match ev.kind {
+            EventKind::Lost => {
+                // Applied lazily, at each thread's next exit and next call: O(1) per report.
+                self.loss_ns = self.loss_ns.max(ev.ts_ns);
+                c.loss_reports += 1;
+                return;
+            }
+            EventKind::Counters => {
+                // Not a call: no thread record for it (a thread known only by its
+                // counters has no syscall state to keep).
+                self.add_counters(ev, c);
+                return;
+            }
+            _ => {}
+        }
+        if ev.perf.is_some() {
+            self.add_counters(ev, c);
         }
         let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
         let Some(th) = self.threads.get_mut(slot) else {
@@ -1004,6 +1021,38 @@ impl Target {
         }
         if let Some(e) = self.activity_events.get_mut(self.epoch_slot) {
             *e = 0;
+        }
+        self.signs.clear_epoch(self.epoch_slot);
+    }
+
+    /// Takes a record's counters into the vital signs (a counters record's interval, or
+    /// the call they were measured over). Out of line: sources without counters never
+    /// come here, and the per-call path stays as it was.
+    #[cold]
+    #[inline(never)]
+    fn add_counters(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) {
+        let Some(p) = ev.perf else {
+            return;
+        };
+        let (end, interval) = match ev.kind {
+            EventKind::Counters => (ev.ts_ns, ev.duration_ns),
+            EventKind::Complete => (ev.ts_ns.saturating_add(ev.duration_ns), ev.duration_ns),
+            _ => (ev.ts_ns, 0),
+        };
+        let epochs = self.activity_events.len();
+        let tracked = self.signs.add(
+            ev.tid,
+            end,
+            interval,
+            &p,
+            self.epoch_slot,
+            epochs,
+            self.d.cadence_ns,
+            self.params.max_threads,
+        );
+        c.counter_records += 1;
+        if !tracked {
+            c.untracked_counter_records += 1;
         }
     }
 
@@ -1395,6 +1444,7 @@ impl Target {
             },
             cpu_burners: burners,
             cpu_taken,
+            vital_signs: self.vital_signs(from, to, events),
         };
         report.tidy();
         report
@@ -1679,6 +1729,26 @@ impl Target {
         (list, self.activity_events.iter().sum())
     }
 
+    /// The vital signs of the window ending at `to` (see [`crate::vital_signs`]), when
+    /// the source delivered counters; `calls`: the target's calls over the kept epochs.
+    fn vital_signs(&self, from: u64, to: u64, calls: u64) -> Option<VitalSigns> {
+        if !self.signs.any() {
+            return None;
+        }
+        let kept = self.activity_events.len() as u64 * self.d.cadence_ns;
+        let span = kept.min(to.saturating_sub(from));
+        let bin = self.d.bin_ns;
+        let thread_calls = |tid: u32, a: u64, b: u64| {
+            self.index
+                .get(tid)
+                .and_then(|s| self.threads.get(s as usize))
+                .filter(|t| t.tid == tid)
+                .map_or(0, |t| calls_in(t, a, b, bin).round() as u64)
+        };
+        self.signs
+            .report(to, span, calls, self.d.cadence_ns, thread_calls)
+    }
+
     /// End of stream: the final report over the last window.
     pub fn finish(&self, c: &EngineCounters) -> Report {
         let to = self.now_ns;
@@ -1773,6 +1843,7 @@ impl Target {
             + self.activity_events.capacity() * 8
             + self.overflow.as_ref().map_or(0, EpochSketch::bytes)
             + self.overflow_ids.capacity() * 8
+            + self.signs.bytes()
     }
 
     /// Number of threads tracked.

@@ -74,6 +74,7 @@ fn kind_code(kind: EventKind) -> u8 {
         EventKind::OnCpu => 3,
         EventKind::OffCpu => 4,
         EventKind::Lost => 5,
+        EventKind::Counters => 6,
     }
 }
 
@@ -85,6 +86,7 @@ fn kind_from(code: u8) -> Option<EventKind> {
         3 => Some(EventKind::OnCpu),
         4 => Some(EventKind::OffCpu),
         5 => Some(EventKind::Lost),
+        6 => Some(EventKind::Counters),
         _ => None,
     }
 }

@@ -25,7 +25,8 @@ mod exports;
 /// 3: record kind 4 (a switch off the CPU) in event batches.
 /// 4: record kind 5 (a report of lost records) in event batches.
 /// 5: the guest imports `faultline.fl_prefetch` (see `wasm-guest/ABI.md`).
-pub const ABI_VERSION: u32 = 5;
+/// 6: record kind 6 (a thread's counters over an interval) in event batches.
+pub const ABI_VERSION: u32 = 6;
 
 /// What every `fl_*` call that can fail returns.
 ///
