@@ -94,6 +94,7 @@ fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallI
                 EventKind::OnCpu => "on_cpu",
                 EventKind::OffCpu => "off_cpu",
                 EventKind::Lost => "lost",
+                EventKind::Counters => "counters",
             };
             *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
         }
