@@ -154,6 +154,7 @@ fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
             EventKind::OnCpu => "on_cpu",
             EventKind::OffCpu => "off_cpu",
             EventKind::Lost => "lost",
+            EventKind::Counters => "counters",
         };
         *m.entry((half, e.syscall)).or_insert(0) += 1;
     }
@@ -178,7 +179,11 @@ fn pair(batches: &[EventBatch]) -> (u64, u64) {
                     }
                 }
             }
-            EventKind::Complete | EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost => {}
+            EventKind::Complete
+            | EventKind::OnCpu
+            | EventKind::OffCpu
+            | EventKind::Lost
+            | EventKind::Counters => {}
         }
     }
     (completed, mismatched)
