@@ -44,7 +44,35 @@ fn stream(threads: u32, shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent
             });
         }
     }
-    events
+    // And counters records (kind 6) between the calls: every thread's, plus a spinner's
+    // (a thread of its own, 3 cycles per ns, almost no misses), so reports list threads.
+    let mut out = Vec::with_capacity(events.len() + events.len() / 50);
+    let mut spun_to = events.first().map_or(0, |e| e.ts_ns);
+    for (i, e) in events.into_iter().enumerate() {
+        let ts = e.ts_ns;
+        out.push(e);
+        if i % 97 == 0 {
+            let p = PerfCounters {
+                cycles: 2_000_000 + i as u64 % 1_000,
+                instructions: 3_000_000,
+                cache_misses: 20_000,
+                context_switches: 1,
+            };
+            out.push(SyscallEvent::counters(e.pid, e.tid, ts, 1_000_000, p));
+        }
+        if ts >= spun_to + 10_000_000 {
+            let ns = ts - spun_to;
+            let p = PerfCounters {
+                cycles: 3 * ns,
+                instructions: 6 * ns,
+                cache_misses: ns / 1_000,
+                context_switches: 0,
+            };
+            out.push(SyscallEvent::counters(e.pid, 999_999, ts, ns, p));
+            spun_to = ts;
+        }
+    }
+    out
 }
 
 /// Everything observable from one host on one stream, serialized for comparison.
@@ -121,8 +149,17 @@ fn compare(threads: u32, shape: EventShape, fault: FaultSpec) -> u64 {
     let b = transcript(&mut wasm, &events, fault_at);
     // Both engines saw every event of both targets.
     assert_eq!(a["counters"]["events"], json!(2 * events.len()));
-    // The comparison covers real reports, not just empty lists.
+    // The comparison covers real reports, not just empty lists, with vital signs that
+    // name the spinner.
     assert!(a["finish"].as_array().is_some_and(|r| !r.is_empty()));
+    let spinner = &a["finish"][0]["vital_signs"]["threads"][0];
+    assert_eq!(
+        spinner["tid"],
+        json!(999_999),
+        "{}",
+        a["finish"][0]["vital_signs"]
+    );
+    assert_eq!(spinner["symptoms"], json!(["busy_loop"]));
     // FL_DUMP=<dir> writes both transcripts, to diff them when this test fails.
     if let Ok(dir) = std::env::var("FL_DUMP") {
         std::fs::write(

@@ -131,7 +131,11 @@ pub fn symptoms_with(c: &CounterTotals, t: &Thresholds) -> Vec<Symptom> {
     let enough_cycles = c.cycles >= t.min_calls.saturating_mul(1000);
     let mpki = ratio(c.cache_misses, c.instructions).map(|r| r * 1000.0);
     let calls_per_mcycle = ratio(c.calls, c.cycles).map(|r| r * 1e6);
-    let switches_per_call = ratio(c.context_switches, c.calls);
+    // No switch at all in `min_calls` calls or more means the source does not count
+    // them (perf's sampled counters do not): a rule needing them abstains.
+    let switches_per_call = (c.context_switches > 0)
+        .then(|| ratio(c.context_switches, c.calls))
+        .flatten();
     let cycles_per_ns = ratio(c.cycles, c.wall_ns);
 
     if enough_cycles

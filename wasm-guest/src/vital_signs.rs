@@ -57,7 +57,12 @@ impl SignRates {
             ipc: r(c.instructions, c.cycles, 1.0),
             mpki: r(c.cache_misses, c.instructions, 1e3),
             calls_per_mcycle: r(c.calls, c.cycles, 1e6),
-            switches_per_call: r(c.context_switches, c.calls, 1.0),
+            // As the rules read it: no switch counted means none measured.
+            switches_per_call: if c.context_switches > 0 {
+                r(c.context_switches, c.calls, 1.0)
+            } else {
+                None
+            },
         }
     }
 }
