@@ -1,7 +1,7 @@
 //! Property tests: any event sequence, in any order and shape, never panics, and the
 //! engine's state stays within the bound implied by its parameters.
 
-use faultline_engine::{Engine, EventKind, Params, SyscallEvent, SyscallId};
+use faultline_engine::{Engine, EventKind, Params, PerfCounters, SyscallEvent, SyscallId};
 use proptest::prelude::*;
 
 fn event() -> impl Strategy<Value = SyscallEvent> {
@@ -9,11 +9,18 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
         0u32..4,
         0u32..40,
         0u16..600,
-        0u8..8,
+        0u8..10,
         prop_oneof![0u64..1_000_000_000_000, Just(u64::MAX), Just(0u64)],
         prop_oneof![0u64..10_000_000_000, Just(u64::MAX)],
+        // Counters on any record, including extreme ones (sums saturate).
+        prop::option::of((
+            prop_oneof![0u64..10_000_000_000, Just(u64::MAX)],
+            0u64..10_000_000_000,
+            0u64..1_000_000,
+            prop_oneof![0u64..100, Just(u64::MAX)],
+        )),
     )
-        .prop_map(|(pid, tid, sc, kind, ts, dur)| SyscallEvent {
+        .prop_map(|(pid, tid, sc, kind, ts, dur, perf)| SyscallEvent {
             pid,
             tid,
             syscall: SyscallId(sc),
@@ -23,12 +30,20 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
                 2 | 3 => EventKind::Exit,
                 4 => EventKind::OnCpu,
                 5 => EventKind::OffCpu,
+                6 | 7 => EventKind::Counters,
                 _ => EventKind::Lost,
             },
             ts_ns: ts,
             duration_ns: dur,
             ret: None,
-            perf: None,
+            perf: perf.map(
+                |(cycles, instructions, cache_misses, context_switches)| PerfCounters {
+                    cycles,
+                    instructions,
+                    cache_misses,
+                    context_switches,
+                },
+            ),
         })
 }
 
@@ -77,6 +92,9 @@ proptest! {
             for r in e.take_reports() {
                 prop_assert!(r.impact_factor >= 0.0 && r.impact_factor <= 1.0);
                 prop_assert!(r.threads.directly_affected <= r.threads.affected);
+                if let Some(v) = &r.vital_signs {
+                    prop_assert!(v.threads.len() <= 8);
+                }
             }
             let _ = e.trigger(t, trigger_at);
             let _ = e.calibrate(t, Some(trigger_at));
