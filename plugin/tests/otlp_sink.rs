@@ -131,6 +131,26 @@ fn report(target: &str, verdict: Verdict, tau: f64) -> Report {
     .expect("report JSON matches the schema")
 }
 
+/// `r` with vital signs whose totals show `symptoms`, and a thread per entry of `threads`
+/// (tid, its symptoms), in the report's JSON schema.
+fn with_vital_signs(mut r: Report, symptoms: &[&str], threads: &[(u32, &[&str])]) -> Report {
+    let totals = json!({"calls": 40, "cycles": 9_000_000_000u64, "instructions": 18_000_000_000u64,
+        "cache_misses": 1_800, "context_switches": 0, "wall_ns": 3_000_000_000u64});
+    let rates = json!({"cycles_per_ns": 3.0, "ipc": 2.0, "mpki": 0.0001,
+        "calls_per_mcycle": 0.0044, "switches_per_call": null});
+    let threads: Vec<_> = threads
+        .iter()
+        .map(|(tid, s)| json!({"tid": tid, "totals": totals, "rates": rates, "symptoms": s}))
+        .collect();
+    r.vital_signs = Some(
+        serde_json::from_value(json!({
+            "totals": totals, "rates": rates, "symptoms": symptoms, "threads": threads
+        }))
+        .expect("vital signs JSON matches the schema"),
+    );
+    r
+}
+
 fn attr<'a>(attrs: &'a [KeyValue], key: &str) -> Option<&'a any_value::Value> {
     attrs
         .iter()
@@ -564,4 +584,128 @@ async fn a_verdict_outlives_a_grpc_collector_outage() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_verdict_outlives_an_http_collector_outage() {
     verdict_outlives_a_collector_outage(OtlpProtocol::Http).await;
+}
+
+/// The tids (or names) of a list attribute.
+fn list_attr(attrs: &[KeyValue], key: &str) -> Option<Vec<any_value::Value>> {
+    match attr(attrs, key)? {
+        any_value::Value::ArrayValue(a) => {
+            Some(a.values.iter().filter_map(|v| v.value.clone()).collect())
+        }
+        _ => None,
+    }
+}
+
+/// Vital signs and symptoms reach the collector as metrics (named as on /metrics) and as
+/// attributes of the verdict record; a target without counters has none of either, and a
+/// symptom gone from the latest report is gone from the push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pushes_vital_signs_and_symptoms() {
+    use any_value::Value::{IntValue, StringValue};
+    let captured = Captured::default();
+    let endpoint = grpc_collector(captured.clone(), "127.0.0.1:0").await;
+    let cfg = OtlpSinkConfig {
+        endpoint: Some(endpoint),
+        interval_seconds: 60,
+        ..OtlpSinkConfig::default()
+    };
+    let sink = OtlpSink::start(cfg, Arc::new(Telemetry::default())).expect("sink starts");
+    let busy: &[&str] = &["busy_loop"];
+    let both: &[&str] = &["busy_loop", "cache_thrash"];
+    sink.publish(&with_vital_signs(
+        report("db", Verdict::Internal, 0.2),
+        busy,
+        &[(7, busy), (9, both)],
+    ));
+    sink.publish(&report("web", Verdict::External, 0.95));
+    sink.publish(&with_vital_signs(
+        report("api", Verdict::External, 0.9),
+        &["cache_thrash"],
+        &[(3, &["cache_thrash"])],
+    ));
+    // api's thrash is over (same verdict: no new record), its counters still come.
+    sink.publish(&with_vital_signs(
+        report("api", Verdict::External, 0.9),
+        &[],
+        &[],
+    ));
+    tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+        .await
+        .expect("shutdown finishes")
+        .expect("final flush succeeds");
+
+    let point =
+        |name, target, key, value| last_point(&captured, name, &[("target", target), (key, value)]);
+    assert_eq!(
+        point("faultline_vital_sign", "db", "sign", "ipc"),
+        Some(2.0)
+    );
+    assert_eq!(
+        point("faultline_vital_sign", "db", "sign", "cycles_per_ns"),
+        Some(3.0)
+    );
+    assert_eq!(
+        point("faultline_vital_sign", "db", "sign", "switches_per_call"),
+        None,
+        "unmeasured"
+    );
+    assert_eq!(
+        point("faultline_symptom", "db", "symptom", "busy_loop"),
+        Some(1.0)
+    );
+    assert_eq!(
+        point("faultline_symptom", "db", "symptom", "cache_thrash"),
+        None
+    );
+    assert_eq!(
+        point("faultline_symptom_threads", "db", "symptom", "busy_loop"),
+        Some(2.0)
+    );
+    assert_eq!(
+        point("faultline_symptom_threads", "db", "symptom", "cache_thrash"),
+        Some(1.0)
+    );
+    assert_eq!(point("faultline_vital_sign", "web", "sign", "ipc"), None);
+    assert_eq!(
+        point("faultline_vital_sign", "api", "sign", "ipc"),
+        Some(2.0)
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_symptom", &[("target", "api")]),
+        None,
+        "stale symptom pushed"
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_symptom_threads", &[("target", "api")]),
+        None,
+        "stale symptom threads pushed"
+    );
+
+    let logs = log_records(&captured);
+    let of = |target: &str| {
+        logs.iter()
+            .find(|r| str_attr(&r.attributes, "faultline.target") == Some(target))
+            .unwrap_or_else(|| panic!("no verdict record of {target}"))
+    };
+    let db = &of("db").attributes;
+    assert_eq!(
+        list_attr(db, "faultline.symptoms"),
+        Some(vec![StringValue("busy_loop".into())])
+    );
+    assert_eq!(
+        list_attr(db, "faultline.symptom_threads.busy_loop"),
+        Some(vec![IntValue(7), IntValue(9)])
+    );
+    assert_eq!(
+        list_attr(db, "faultline.symptom_threads.cache_thrash"),
+        Some(vec![IntValue(9)])
+    );
+    assert_eq!(attr(db, "faultline.symptom_threads.syscall_loop"), None);
+    let web = &of("web").attributes;
+    assert_eq!(attr(web, "faultline.symptoms"), None, "no counters, no key");
+    let api = &of("api").attributes;
+    assert_eq!(
+        list_attr(api, "faultline.symptoms"),
+        Some(vec![StringValue("cache_thrash".into())])
+    );
 }

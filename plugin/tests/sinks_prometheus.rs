@@ -11,6 +11,8 @@ use faultline_engine::report::{
     DecisionPath, EngineCounters, OnsetDistribution, RankedSyscall, SyscallActivity, ThreadCounts,
     Trigger, REPORT_SCHEMA_VERSION,
 };
+use faultline_engine::symptoms::{CounterTotals, Symptom};
+use faultline_engine::vital_signs::{SignRates, ThreadSigns, VitalSigns};
 use faultline_engine::{Params, Report, Subsystem, Verdict};
 
 fn ranked(names: &[(&str, f64)]) -> Vec<RankedSyscall> {
@@ -55,6 +57,42 @@ fn report(target: &str, verdict: Verdict, by_time: &[(&str, f64)]) -> Report {
         "parameters": Params::default(),
     });
     serde_json::from_value(v).unwrap()
+}
+
+/// `r` with the vital signs of a target whose totals show `symptoms`, and a thread per
+/// entry of `threads` (tid, its symptoms). Rates are given, not derived, so the test reads
+/// the exported numbers back exactly; `switches_per_call` is left unmeasured.
+fn with_vital_signs(mut r: Report, symptoms: &[Symptom], threads: &[(u32, &[Symptom])]) -> Report {
+    let totals = CounterTotals {
+        calls: 40,
+        cycles: 9_000_000_000,
+        instructions: 18_000_000_000,
+        cache_misses: 1_800,
+        context_switches: 0,
+        wall_ns: 3_000_000_000,
+    };
+    let rates = SignRates {
+        cycles_per_ns: Some(3.0),
+        ipc: Some(2.0),
+        mpki: Some(0.0001),
+        calls_per_mcycle: Some(0.0044),
+        switches_per_call: None,
+    };
+    r.vital_signs = Some(VitalSigns {
+        totals,
+        rates,
+        symptoms: symptoms.to_vec(),
+        threads: threads
+            .iter()
+            .map(|(tid, s)| ThreadSigns {
+                tid: *tid,
+                totals,
+                rates,
+                symptoms: s.to_vec(),
+            })
+            .collect(),
+    });
+    r
 }
 
 /// The value of the sample whose line starts with `series` (name plus exact label text).
@@ -385,5 +423,135 @@ fn reports_the_report_store_refused_are_exported() {
     assert_eq!(
         sample(&text, "faultline_report_store_capped_total"),
         Some(2.0)
+    );
+}
+
+#[test]
+fn vital_signs_and_symptoms_follow_the_latest_report() {
+    use Symptom::{BusyLoop, CacheThrash};
+    let telemetry = Arc::new(Telemetry::default());
+    let (mut sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    let spinning = with_vital_signs(
+        report("db", Verdict::Internal, &[]),
+        &[BusyLoop],
+        &[
+            (7, &[BusyLoop]),
+            (9, &[BusyLoop, CacheThrash]),
+            (11, &[CacheThrash]),
+        ],
+    );
+    sink.publish(&spinning).unwrap();
+    // A target whose source delivers no counters gets none of these series.
+    sink.publish(&report("web", Verdict::None, &[])).unwrap();
+    let text = exporter.encode().unwrap();
+
+    for (sign, v) in [
+        ("cycles_per_ns", 3.0),
+        ("ipc", 2.0),
+        ("mpki", 0.0001),
+        ("calls_per_mcycle", 0.0044),
+    ] {
+        assert_eq!(
+            sample(
+                &text,
+                &format!(r#"faultline_vital_sign{{target="db",sign="{sign}"}}"#)
+            ),
+            Some(v),
+            "{sign}: {text}"
+        );
+    }
+    assert!(
+        !text.contains(r#"sign="switches_per_call""#),
+        "an unmeasured sign is not exported as 0: {text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_symptom{target="db",symptom="busy_loop"}"#
+        ),
+        Some(1.0)
+    );
+    assert!(
+        !text.contains(r#"faultline_symptom{target="db",symptom="cache_thrash"}"#),
+        "only the target's own symptoms: {text}"
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_symptom_threads{target="db",symptom="busy_loop"}"#
+        ),
+        Some(2.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_symptom_threads{target="db",symptom="cache_thrash"}"#
+        ),
+        Some(2.0)
+    );
+    assert!(!text.contains(r#"symptom="syscall_loop""#), "{text}");
+    for name in [
+        "faultline_vital_sign{",
+        "faultline_symptom{",
+        "faultline_symptom_threads{",
+    ] {
+        assert!(
+            !text.contains(&format!(r#"{name}target="web""#)),
+            "{name} of a target without counters: {text}"
+        );
+    }
+    assert!(
+        text.contains("# TYPE faultline_symptom_threads gauge"),
+        "{text}"
+    );
+
+    // The spin ends: the next report still has counters but no symptom, so the symptom
+    // series go while the vital signs stay.
+    sink.publish(&with_vital_signs(
+        report("db", Verdict::None, &[]),
+        &[],
+        &[],
+    ))
+    .unwrap();
+    let text = exporter.encode().unwrap();
+    assert!(
+        !text.contains("faultline_symptom{"),
+        "stale symptom: {text}"
+    );
+    assert!(
+        !text.contains("faultline_symptom_threads{"),
+        "stale symptom threads: {text}"
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_vital_sign{target="db",sign="ipc"}"#),
+        Some(2.0)
+    );
+
+    // The counters stop (source changed): every vital-sign series of the target goes too.
+    sink.publish(&report("db", Verdict::None, &[])).unwrap();
+    let text = exporter.encode().unwrap();
+    assert!(
+        !text.contains("faultline_vital_sign{"),
+        "stale sign: {text}"
+    );
+}
+
+#[test]
+fn counter_records_of_the_engine_are_exported() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (mut sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry);
+    sink.observe_engine_counters(&EngineCounters {
+        counter_records: 1200,
+        untracked_counter_records: 3,
+        ..EngineCounters::default()
+    });
+    let text = exporter.encode().unwrap();
+    assert_eq!(
+        sample(&text, "faultline_engine_counter_records_total"),
+        Some(1200.0)
+    );
+    assert_eq!(
+        sample(&text, "faultline_engine_untracked_counter_records_total"),
+        Some(3.0)
     );
 }

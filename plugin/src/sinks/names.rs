@@ -3,6 +3,8 @@
 //! have no `_total`: the OpenMetrics encoder appends it, OTLP has no such suffix.
 
 use faultline_engine::report::ThreadCounts;
+use faultline_engine::symptoms::Symptom;
+use faultline_engine::vital_signs::{SignRates, VitalSigns};
 
 pub const BUILD_INFO: &str = "faultline_build_info";
 pub const TARGETS: &str = "faultline_targets";
@@ -18,6 +20,12 @@ pub const THREADS: &str = "faultline_threads";
 pub const AFFECTED_SYSCALL_INCREASE: &str = "faultline_affected_syscall_increase_ratio";
 pub const SYSCALL_MEAN_LATENCY: &str = "faultline_syscall_mean_latency_seconds";
 pub const SYSCALL_CALLS_PER_SECOND: &str = "faultline_syscall_calls_per_second";
+/// Gauge, per target and `sign`: a ratio of the target's hardware counters.
+pub const VITAL_SIGN: &str = "faultline_vital_sign";
+/// Gauge, per target and `symptom`: 1 while the target's totals show it.
+pub const SYMPTOM: &str = "faultline_symptom";
+/// Gauge, per target and `symptom`: listed threads whose own counters show it.
+pub const SYMPTOM_THREADS: &str = "faultline_symptom_threads";
 /// Counter.
 pub const REPORTS: &str = "faultline_reports";
 /// Counter.
@@ -64,4 +72,64 @@ pub fn thread_states(t: &ThreadCounts) -> [(&'static str, u64); 3] {
 /// A report's hint cut to [`MAX_HINT_CHARS`] characters, for a label value.
 pub fn hint_label(hint: &str) -> String {
     hint.chars().take(MAX_HINT_CHARS).collect()
+}
+
+/// Every symptom, in label order: the `symptom` label's closed set.
+pub const SYMPTOMS: [Symptom; 4] = [
+    Symptom::BusyLoop,
+    Symptom::SyscallLoop,
+    Symptom::CacheThrash,
+    Symptom::ContextSwitchStorm,
+];
+
+// A symptom the engine adds must join [`SYMPTOMS`] (or its threads are never counted):
+// this match stops compiling until someone looks.
+const _: fn(Symptom) = |s| match s {
+    Symptom::BusyLoop
+    | Symptom::SyscallLoop
+    | Symptom::CacheThrash
+    | Symptom::ContextSwitchStorm => {}
+};
+
+/// The [`VITAL_SIGN`] series of one report: (`sign` label value, value), measured ones only.
+pub fn vital_signs(r: &SignRates) -> Vec<(&'static str, f64)> {
+    [
+        ("cycles_per_ns", r.cycles_per_ns),
+        ("ipc", r.ipc),
+        ("mpki", r.mpki),
+        ("calls_per_mcycle", r.calls_per_mcycle),
+        ("switches_per_call", r.switches_per_call),
+    ]
+    .into_iter()
+    // A non-finite ratio cannot come from the engine's integer counters; kept out rather
+    // than exported as a sample that breaks `rate()` and alert comparisons.
+    .filter_map(|(k, v)| v.filter(|v| v.is_finite()).map(|v| (k, v)))
+    .collect()
+}
+
+/// The [`SYMPTOM`] series of one report: the target's symptoms, each once, in
+/// [`SYMPTOMS`] order.
+pub fn target_symptoms(v: &VitalSigns) -> Vec<&'static str> {
+    SYMPTOMS
+        .into_iter()
+        .filter(|s| v.symptoms.contains(s))
+        .map(Symptom::as_str)
+        .collect()
+}
+
+/// The [`SYMPTOM_THREADS`] series of one report: (`symptom`, listed threads showing it),
+/// for the symptoms at least one listed thread shows.
+pub fn symptom_threads(v: &VitalSigns) -> Vec<(&'static str, Vec<u32>)> {
+    SYMPTOMS
+        .into_iter()
+        .filter_map(|s| {
+            let tids: Vec<u32> = v
+                .threads
+                .iter()
+                .filter(|t| t.symptoms.contains(&s))
+                .map(|t| t.tid)
+                .collect();
+            (!tids.is_empty()).then_some((s.as_str(), tids))
+        })
+        .collect()
 }

@@ -125,6 +125,12 @@ struct TargetSnapshot {
     syscalls: Vec<(String, f64, f64)>,
     /// Reports so far, per [`TRIGGERS`] entry.
     reports_by_trigger: [u64; 3],
+    /// (`sign`, value) of the report's measured vital signs; empty without counters.
+    vital_signs: Vec<(&'static str, f64)>,
+    /// The target's symptoms.
+    symptoms: Vec<&'static str>,
+    /// (`symptom`, listed threads showing it), for symptoms at least one thread shows.
+    symptom_threads: Vec<(&'static str, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -385,6 +391,24 @@ impl OtlpSink {
             rec.add_attribute("faultline.top_syscall", top.syscall.clone());
             rec.add_attribute("faultline.top_syscall.increase_ratio", top.increase_ratio);
         }
+        if let Some(vs) = &report.vital_signs {
+            // Present (possibly empty) whenever the source delivered counters, so "measured,
+            // nothing found" reads differently from "not measured" (attribute absent).
+            let symptoms = names::target_symptoms(vs).into_iter().map(AnyValue::from);
+            rec.add_attribute(
+                "faultline.symptoms",
+                AnyValue::ListAny(Box::new(symptoms.collect())),
+            );
+            // One key per symptom rather than a map: the `symptom` values are a closed set
+            // of four, and flat keys stay queryable in backends that flatten attributes.
+            for (symptom, tids) in names::symptom_threads(vs) {
+                let tids = tids.into_iter().map(|t| AnyValue::from(i64::from(t)));
+                rec.add_attribute(
+                    format!("faultline.symptom_threads.{symptom}"),
+                    AnyValue::ListAny(Box::new(tids.collect())),
+                );
+            }
+        }
         self.logger.emit(rec);
     }
 
@@ -475,6 +499,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
             )
         }));
     }
+    let vs = report.vital_signs.as_ref();
     TargetSnapshot {
         impact_factor: report.impact_factor,
         impact_factor_filtered: report.impact_factor_filtered,
@@ -501,6 +526,16 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
             })
             .collect(),
         reports_by_trigger: reports,
+        vital_signs: vs.map(|v| names::vital_signs(&v.rates)).unwrap_or_default(),
+        symptoms: vs.map(names::target_symptoms).unwrap_or_default(),
+        symptom_threads: vs
+            .map(|v| {
+                names::symptom_threads(v)
+                    .into_iter()
+                    .map(|(s, tids)| (s, tids.len() as u64))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -694,6 +729,42 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
             s.syscalls
                 .iter()
                 .map(|(sc, cps, _)| (vec![KeyValue::new("syscall", sc.clone())], *cps))
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::VITAL_SIGN,
+        "Hardware-counter ratios of the target over the last window; only with counters",
+        |s| {
+            s.vital_signs
+                .iter()
+                .map(|(sign, v)| (vec![KeyValue::new("sign", *sign)], *v))
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::SYMPTOM,
+        "1 for each ChopStix symptom the target's counters show in the last report",
+        |s| {
+            s.symptoms
+                .iter()
+                .map(|sym| (vec![KeyValue::new("symptom", *sym)], 1.0))
+                .collect()
+        },
+    );
+    target_gauge(
+        meter,
+        state,
+        names::SYMPTOM_THREADS,
+        "Threads of the target whose own counters show the symptom (of the at most 8 listed)",
+        |s| {
+            s.symptom_threads
+                .iter()
+                .map(|(sym, k)| (vec![KeyValue::new("symptom", *sym)], *k as f64))
                 .collect()
         },
     );

@@ -59,6 +59,12 @@ struct TargetSeries {
     anomaly_onset_seconds: Option<f64>,
     last_report_unix_seconds: f64,
     reports_by_trigger: [u64; 3],
+    /// (`sign`, value) of the report's measured vital signs; empty without counters.
+    vital_signs: Vec<(&'static str, f64)>,
+    /// The target's symptoms (a subset of the four in [`names::SYMPTOMS`]).
+    symptoms: Vec<&'static str>,
+    /// (`symptom`, listed threads showing it), for symptoms at least one thread shows.
+    symptom_threads: Vec<(&'static str, u64)>,
 }
 
 #[derive(Debug, Default)]
@@ -202,6 +208,7 @@ impl PrometheusSink {
         if let Some(i) = TRIGGERS.iter().position(|(t, _)| *t == r.trigger) {
             reports_by_trigger[i] += 1;
         }
+        let vs = r.vital_signs.as_ref();
         TargetSeries {
             impact_factor: r.impact_factor,
             impact_factor_filtered: r.impact_factor_filtered,
@@ -217,6 +224,16 @@ impl PrometheusSink {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
             reports_by_trigger,
+            vital_signs: vs.map(|v| names::vital_signs(&v.rates)).unwrap_or_default(),
+            symptoms: vs.map(names::target_symptoms).unwrap_or_default(),
+            symptom_threads: vs
+                .map(|v| {
+                    names::symptom_threads(v)
+                        .into_iter()
+                        .map(|(s, tids)| (s, tids.len() as u64))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -447,6 +464,36 @@ impl Collector for SeriesCollector {
                 })
             }),
         )?;
+        gauges(
+            &mut enc,
+            names::VITAL_SIGN,
+            "Hardware-counter ratios of the target over the last report's window (cycles_per_ns, ipc, mpki, calls_per_mcycle, switches_per_call); only when its source delivers counters",
+            t.iter().flat_map(|(n, s)| {
+                s.vital_signs.iter().map(move |(sign, v)| {
+                    (vec![("target", n.as_str()), ("sign", *sign)], *v)
+                })
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            names::SYMPTOM,
+            "1 for each ChopStix symptom the target's counters show in the last report (busy_loop, syscall_loop, cache_thrash, context_switch_storm)",
+            t.iter().flat_map(|(n, s)| {
+                s.symptoms
+                    .iter()
+                    .map(move |sym| (vec![("target", n.as_str()), ("symptom", *sym)], 1.0))
+            }),
+        )?;
+        gauges(
+            &mut enc,
+            names::SYMPTOM_THREADS,
+            "Threads of the target whose own counters show the symptom (of the at most 8 the last report lists)",
+            t.iter().flat_map(|(n, s)| {
+                s.symptom_threads.iter().map(move |(sym, k)| {
+                    (vec![("target", n.as_str()), ("symptom", *sym)], *k as f64)
+                })
+            }),
+        )?;
         counters(
             &mut enc,
             names::REPORTS,
@@ -631,6 +678,18 @@ impl Collector for SeriesCollector {
             "faultline_engine_clock_resets",
             "Targets restarted because their events' clock jumped back by more than an hour",
             engine.clock_resets,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_counter_records",
+            "Records whose hardware counters went into the vital signs (counters records, and calls carrying counters)",
+            engine.counter_records,
+        )?;
+        counter(
+            &mut enc,
+            "faultline_engine_untracked_counter_records",
+            "Counter records of threads past analysis.max_threads: in their target's totals, not in a thread's own",
+            engine.untracked_counter_records,
         )?;
         Ok(())
     }
