@@ -75,20 +75,16 @@ pub fn hint_label(hint: &str) -> String {
 }
 
 /// Every symptom, in label order: the `symptom` label's closed set.
-pub const SYMPTOMS: [Symptom; 4] = [
+pub const SYMPTOMS: [Symptom; 3] = [
     Symptom::BusyLoop,
     Symptom::SyscallLoop,
     Symptom::CacheThrash,
-    Symptom::ContextSwitchStorm,
 ];
 
 // A symptom the engine adds must join [`SYMPTOMS`] (or its threads are never counted):
 // this match stops compiling until someone looks.
 const _: fn(Symptom) = |s| match s {
-    Symptom::BusyLoop
-    | Symptom::SyscallLoop
-    | Symptom::CacheThrash
-    | Symptom::ContextSwitchStorm => {}
+    Symptom::BusyLoop | Symptom::SyscallLoop | Symptom::CacheThrash => {}
 };
 
 /// The [`VITAL_SIGN`] series of one report: (`sign` label value, value), measured ones only.

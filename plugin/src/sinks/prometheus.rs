@@ -477,7 +477,7 @@ impl Collector for SeriesCollector {
         gauges(
             &mut enc,
             names::SYMPTOM,
-            "1 for each ChopStix symptom the target's counters show in the last report (busy_loop, syscall_loop, cache_thrash, context_switch_storm)",
+            "1 for each ChopStix symptom the target's counters show in the last report (busy_loop, syscall_loop, cache_thrash)",
             t.iter().flat_map(|(n, s)| {
                 s.symptoms
                     .iter()
