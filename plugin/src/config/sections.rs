@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use crate::sinks::otlp::OtlpSinkConfig;
 use crate::sources::otlp::OtlpSourceConfig;
+use crate::sources::perf::live::CounterMode;
 
 /// `[pipeline]`: the bounded hand-off between sources and the engine.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -84,6 +85,10 @@ pub struct PerfSourceConfig {
     /// thread of the service burning a CPU then makes the verdict internal (see the
     /// engine's `burner_share`, `spinner_share`). On by default.
     pub cpu_time: bool,
+    /// Also sample each thread's `cycles`, `instructions` and `cache-misses` (the
+    /// engine's vital signs and symptoms such as `busy_loop`): `auto` (default) when this
+    /// machine's PMU counts them, `on` to fail at startup when it cannot, `off`.
+    pub counters: CounterMode,
 }
 
 impl Default for PerfSourceConfig {
@@ -94,6 +99,7 @@ impl Default for PerfSourceConfig {
             cgroup: None,
             command: Vec::new(),
             cpu_time: true,
+            counters: CounterMode::Auto,
         }
     }
 }
@@ -235,5 +241,55 @@ impl TryFrom<Map<String, Value>> for OtlpSinkSection {
     fn try_from(map: Map<String, Value>) -> Result<Self, String> {
         let (enabled, exporter) = split_enabled(map, false)?;
         Ok(Self { enabled, exporter })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{load_from_str, ConfigFormat};
+    use crate::sources::perf::live::CounterMode;
+
+    fn counters(
+        text: &str,
+        format: ConfigFormat,
+        env: &[(&str, &str)],
+    ) -> Result<CounterMode, String> {
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        load_from_str(Some(text), format, env)
+            .map(|c| c.sources.perf.counters)
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn perf_counters_option() {
+        let toml = ConfigFormat::Toml;
+        assert_eq!(counters("", toml, &[]), Ok(CounterMode::Auto));
+        for (v, mode) in [
+            ("\"auto\"", CounterMode::Auto),
+            ("\"on\"", CounterMode::On),
+            ("\"off\"", CounterMode::Off),
+            ("true", CounterMode::On),
+            ("false", CounterMode::Off),
+        ] {
+            let text = format!("[sources.perf]\ncounters = {v}\n");
+            assert_eq!(counters(&text, toml, &[]), Ok(mode), "{v}");
+        }
+        let e = counters("[sources.perf]\ncounters = \"maybe\"\n", toml, &[]).unwrap_err();
+        assert!(e.contains("sources.perf.counters"), "{e}");
+        assert!(e.contains("\"auto\", \"on\" or \"off\""), "{e}");
+        // YAML 1.1 readers take a bare `off` for false; environment overrides are strings
+        // or, parsed, booleans.
+        assert_eq!(
+            counters(
+                "sources:\n  perf:\n    counters: off\n",
+                ConfigFormat::Yaml,
+                &[]
+            ),
+            Ok(CounterMode::Off)
+        );
+        for (v, mode) in [("off", CounterMode::Off), ("true", CounterMode::On)] {
+            let env = [("FAULTLINE_SOURCES__PERF__COUNTERS", v)];
+            assert_eq!(counters("", toml, &env), Ok(mode), "{v}");
+        }
     }
 }

@@ -6,10 +6,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use faultline_engine::syscalls::Arch;
-use faultline_engine::{SyscallEvent, SyscallId};
+use faultline_engine::{PerfCounters, SyscallEvent, SyscallId};
 
 use super::batcher::{Batcher, Owner};
-use super::script_line::{Call, Half, LineParser, Parsed, ScriptLine};
+use super::script_line::{Call, Counter, CounterLine, Half, LineParser, Parsed, ScriptLine};
 use super::{tally, DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
@@ -154,6 +154,18 @@ fn event_of(arch: Arch, l: &ScriptLine<'_>) -> SyscallEvent {
     }
 }
 
+/// The engine record of one counter sample: its period of its counter, the others 0, over
+/// an interval perf does not say (the thread's previous sample of it may be long ago).
+fn counters_of(c: &CounterLine<'_>) -> SyscallEvent {
+    let mut perf = PerfCounters::default();
+    match c.counter {
+        Counter::Cycles => perf.cycles = c.period,
+        Counter::Instructions => perf.instructions = c.period,
+        Counter::CacheMisses => perf.cache_misses = c.period,
+    }
+    SyscallEvent::counters(c.pid.unwrap_or(c.tid), c.tid, c.ts_ns, 0, perf)
+}
+
 /// Which process a line's event belongs to: by pid when perf printed one, else by command.
 fn owner_of(pid: Option<u32>, tid: u32, comm: &[u8]) -> Owner<'_> {
     match pid {
@@ -213,6 +225,11 @@ impl LineSink<'_> {
                     None => SyscallEvent::off_cpu(pid, r.tid, r.ts_ns, r.preempted),
                 };
                 self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
+            }
+            Parsed::Counter(c) => {
+                *self.samples += 1;
+                self.batcher
+                    .push(owner_of(c.pid, c.tid, c.comm), counters_of(&c));
             }
             Parsed::Skip => {}
             Parsed::Lost { lost, ts_ns } => {

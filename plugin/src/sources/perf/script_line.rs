@@ -15,6 +15,12 @@
 //! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: sched:sched_stat_runtime: comm=<c> pid=<tid> runtime=<ns> [ns]
 //! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: sched:sched_switch: prev_comm=<c> prev_pid=<tid> prev_prio=<p> prev_state=<S> ==> next_comm=<c> next_pid=<t> next_prio=<p>
 //! ```
+//! and, for samples of a hardware counter (the period is the count the sample stands for;
+//! the event may carry its `/period=N/` term, or a modifier such as `:u`):
+//! ```text
+//! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: <period> cycles/period=20000000/:
+//! <comm> <tid> <secs>.<frac>: <period> cache-misses: <ip> <sym> (<dso>)
+//! ```
 //! `comm` may contain spaces and digits; `[cpu]` and `pid/` are optional; the fraction has
 //! 9 digits with `--ns`, 6 without.
 
@@ -69,6 +75,38 @@ pub struct SwitchLine<'a> {
     pub next_tid: Option<u32>,
 }
 
+/// A hardware counter whose samples the perf source reads (see `live::COUNTER_EVENTS`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Counter {
+    Cycles,
+    Instructions,
+    CacheMisses,
+}
+
+impl Counter {
+    /// The counter perf names `name` (its generic hardware event names), if one we read.
+    fn of_name(name: &[u8]) -> Option<Self> {
+        match name {
+            b"cycles" | b"cpu-cycles" => Some(Self::Cycles),
+            b"instructions" => Some(Self::Instructions),
+            b"cache-misses" => Some(Self::CacheMisses),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded sample of a hardware counter: the thread counted `period` more events of
+/// `counter` up to `ts_ns` (since its previous sample of that counter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CounterLine<'a> {
+    pub comm: &'a [u8],
+    pub pid: Option<u32>,
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub counter: Counter,
+    pub period: u64,
+}
+
 /// What a line turned out to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
@@ -77,6 +115,8 @@ pub enum Parsed<'a> {
     OnCpu(RunLine<'a>),
     /// A thread switched away from its CPU.
     OffCpu(SwitchLine<'a>),
+    /// A sample of a hardware counter.
+    Counter(CounterLine<'a>),
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
     /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
@@ -148,6 +188,9 @@ impl LineParser {
             let (head, rest) = split_at(line, at, LOST_MARK.len());
             let ts_ns = parse_header(head).map(|h| h.ts_ns);
             return lost_count(rest).map_or(Parsed::Malformed, |lost| Parsed::Lost { lost, ts_ns });
+        }
+        if let Some(parsed) = parse_counter(line) {
+            return parsed;
         }
         if is_other_event(line) {
             Parsed::Skip
@@ -290,6 +333,72 @@ fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
         preempted: state == b"R" || state == b"R+",
         next_tid,
     })
+}
+
+/// A hardware-counter sample, `None` when the line is no sample of a counter we read.
+///
+/// The header ends at the first `: ` whose text before it parses as one (a `comm` holding
+/// `: ` fails that parse and the search goes on), then come the period, when printed, and
+/// the event name. A sample without a period is of no use (not even its order of
+/// magnitude is known) unless the event names its period (`cycles/period=N/`): skipped
+/// like any other event.
+fn parse_counter(line: &[u8]) -> Option<Parsed<'_>> {
+    let (h, rest) = memmem::find_iter(line, b": ").find_map(|colon| {
+        let h = parse_header(line.get(..colon)?)?;
+        Some((h, trim_start(line.get(colon + 2..)?)))
+    })?;
+    let (first, after) = split_token(rest);
+    let (period, event) = if first.first().is_some_and(u8::is_ascii_digit) {
+        let Some(period) = parse_u64(first) else {
+            return Some(Parsed::Malformed);
+        };
+        (Some(period), split_token(trim_start(after)).0)
+    } else {
+        (None, first)
+    };
+    let event = event.strip_suffix(b":")?;
+    // `cycles`, `cycles/period=N/`, `cycles:u`: the name ends at the first `/` or `:`.
+    let end = event
+        .iter()
+        .position(|c| matches!(*c, b'/' | b':'))
+        .unwrap_or(event.len());
+    let Some(counter) = Counter::of_name(event.get(..end)?) else {
+        // A sample of another counter (`branch-misses`, `cpu-clock`) is well-formed;
+        // without a period the line is left to the check for other events.
+        return period.map(|_| Parsed::Skip);
+    };
+    let Some(period) = period.or_else(|| named_period(event.get(end..)?)) else {
+        return Some(Parsed::Skip);
+    };
+    Some(Parsed::Counter(CounterLine {
+        comm: h.comm,
+        pid: h.pid,
+        tid: h.tid,
+        ts_ns: h.ts_ns,
+        counter,
+        period,
+    }))
+}
+
+/// The `N` of a `period=N` term in an event's `/…/` terms.
+fn named_period(terms: &[u8]) -> Option<u64> {
+    // Also finds `sample_period=`, perf's other spelling of the same term.
+    let at = memmem::find(terms, b"period=")?;
+    let digits = terms.get(at + b"period=".len()..)?;
+    let end = digits
+        .iter()
+        .position(|c| !c.is_ascii_digit())
+        .unwrap_or(digits.len());
+    parse_u64(digits.get(..end)?)
+}
+
+/// Splits off the first whitespace-separated token: `(token, after)`.
+fn split_token(s: &[u8]) -> (&[u8], &[u8]) {
+    let end = memchr::memchr2(b' ', b'\t', s).unwrap_or(s.len());
+    (
+        s.get(..end).unwrap_or_default(),
+        s.get(end..).unwrap_or_default(),
+    )
 }
 
 /// The header before `: event`: `comm [pid/]tid [[cpu]] secs.frac`, scanned from the right
@@ -610,5 +719,75 @@ mod tests {
             p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST lost x"),
             Parsed::Malformed
         );
+    }
+
+    fn counter(line: &str) -> CounterLine<'_> {
+        match LineParser::new().parse(line.as_bytes()) {
+            Parsed::Counter(c) => c,
+            other => panic!("{line:?} gave {other:?}"),
+        }
+    }
+
+    /// Lines printed by perf 6.1 here (`-F trace:comm,pid,tid,time,event,trace -F
+    /// hw:comm,pid,tid,time,period,event` on `-e cycles/period=10000000/` and friends,
+    /// with perf's trailing space), and with the default field set.
+    #[test]
+    fn hardware_counter_samples() {
+        let c = counter("              sh  1745/1745  27025.435143788:   10000000       cycles/period=10000000/: \n");
+        assert_eq!(c.comm, b"sh");
+        assert_eq!((c.pid, c.tid), (Some(1745), 1745));
+        assert_eq!(c.ts_ns, 27_025_435_143_788);
+        assert_eq!((c.counter, c.period), (Counter::Cycles, 10_000_000));
+        let c = counter("              sh  1745/1745  27025.433665027:   10000000 instructions/period=10000000/: ");
+        assert_eq!((c.counter, c.period), (Counter::Instructions, 10_000_000));
+        let c = counter("              sh  1745/1745  27025.461249279:      10000    cache-misses/period=10000/: ");
+        assert_eq!((c.counter, c.period), (Counter::CacheMisses, 10_000));
+        // The default field set: tid and cpu, microseconds, then the sample's address.
+        let c = counter("              sh 25255 [001] 26596.619576:      20000       cycles:      558fc30b18fc [unknown] (/usr/bin/dash)");
+        assert_eq!((c.pid, c.tid, c.ts_ns), (None, 25255, 26_596_619_576_000));
+        assert_eq!((c.counter, c.period), (Counter::Cycles, 20_000));
+        // A modifier, a comm with `: ` and digits in it, a symbol naming another event.
+        let c = counter("x 1/2 3.4: 7 cycles:u: ffff cycles: (x)");
+        assert_eq!((c.counter, c.period), (Counter::Cycles, 7));
+        let c = counter("web: 2 worker 1/2 3.4: 9 cache-misses:");
+        assert_eq!(
+            (c.comm, c.counter, c.period),
+            (&b"web: 2 worker"[..], Counter::CacheMisses, 9)
+        );
+        // Without the period field, the event's own period term.
+        let c = counter("x 1/2 3.4: cycles/period=20000000/:");
+        assert_eq!(c.period, 20_000_000);
+        let c = counter("x 1/2 3.4: instructions/sample_period=30000000/:");
+        assert_eq!(c.period, 30_000_000);
+    }
+
+    #[test]
+    fn other_and_broken_counter_samples() {
+        let p = LineParser::new();
+        // Other counters, or ours without any period: well-formed, of no use.
+        for skip in [
+            "x 1/2 3.4: 250000 cpu-clock: ffff sym (dso)",
+            "x 1/2 3.4: 100 branch-misses/period=100/:",
+            "x 1/2 3.4: cycles:",
+            "x 1/2 3.4: cycles/freq=1000/:",
+        ] {
+            assert_eq!(p.parse(skip.as_bytes()), Parsed::Skip, "{skip}");
+        }
+        for bad in [
+            "x 1/2 3.4: 99999999999999999999999 cycles:",
+            "x 1/2 3.4: 12x cycles:",
+            "x 1/2 3.4: 100 cycles",
+            "x 1/2 3.4: 100",
+            "x 1/zz 3.4: 100 cycles:",
+            "x 1/2 3.4 100 cycles:",
+            "100 cycles:",
+        ] {
+            assert_eq!(p.parse(bad.as_bytes()), Parsed::Malformed, "{bad}");
+        }
+        // Every prefix of a real line parses without a panic.
+        let line = "              sh  1745/1745  27025.435143788:   10000000       cycles/period=10000000/: ";
+        for end in 0..=line.len() {
+            let _ = p.parse(&line.as_bytes()[..end]);
+        }
     }
 }
