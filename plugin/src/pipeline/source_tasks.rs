@@ -63,6 +63,7 @@ pub fn start_pull_sources(
         let stats = telemetry.source(perf_script::SOURCE);
         let opts = perf_live::RecordOptions {
             cpu_time: s.perf.cpu_time,
+            counters: s.perf.counters,
             ..perf_live::RecordOptions::default()
         };
         let reader = perf_live::spawn_script_with(&target, host_arch()?, stats.clone(), opts)
