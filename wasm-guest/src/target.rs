@@ -290,8 +290,10 @@ pub struct Target {
     screen: ClockScreen,
     /// Where the next eviction's sample starts (see `new_thread`).
     evict_hand: usize,
-    /// Counter totals for the vital signs (empty without counters).
-    signs: SignsState,
+    /// Counter totals for the vital signs, from the first counters on (boxed: a source
+    /// without counters adds 8 bytes to the target's record, whose hot fields stay
+    /// where they were).
+    signs: Option<Box<SignsState>>,
 }
 
 impl Target {
@@ -321,7 +323,7 @@ impl Target {
             loss_ns: 0,
             screen: ClockScreen::default(),
             evict_hand: 0,
-            signs: SignsState::default(),
+            signs: None,
         }
     }
 
@@ -360,7 +362,9 @@ impl Target {
             self.activity = vec![Activity::default(); epochs * self.stride];
             self.activity_events = vec![0; epochs];
             self.epoch_slot = 0;
-            self.signs.reset_epochs();
+            if let Some(s) = self.signs.as_mut() {
+                s.reset_epochs();
+            }
         }
     }
 
@@ -1022,7 +1026,9 @@ impl Target {
         if let Some(e) = self.activity_events.get_mut(self.epoch_slot) {
             *e = 0;
         }
-        self.signs.clear_epoch(self.epoch_slot);
+        if let Some(s) = self.signs.as_mut() {
+            s.clear_epoch(self.epoch_slot);
+        }
     }
 
     /// Takes a record's counters into the vital signs (a counters record's interval, or
@@ -1040,7 +1046,7 @@ impl Target {
             _ => (ev.ts_ns, 0),
         };
         let epochs = self.activity_events.len();
-        let tracked = self.signs.add(
+        let tracked = self.signs.get_or_insert_default().add(
             ev.tid,
             end,
             interval,
@@ -1732,9 +1738,7 @@ impl Target {
     /// The vital signs of the window ending at `to` (see [`crate::vital_signs`]), when
     /// the source delivered counters; `calls`: the target's calls over the kept epochs.
     fn vital_signs(&self, from: u64, to: u64, calls: u64) -> Option<VitalSigns> {
-        if !self.signs.any() {
-            return None;
-        }
+        let signs = self.signs.as_ref()?;
         let kept = self.activity_events.len() as u64 * self.d.cadence_ns;
         let span = kept.min(to.saturating_sub(from));
         let bin = self.d.bin_ns;
@@ -1745,8 +1749,7 @@ impl Target {
                 .filter(|t| t.tid == tid)
                 .map_or(0, |t| calls_in(t, a, b, bin).round() as u64)
         };
-        self.signs
-            .report(to, span, calls, self.d.cadence_ns, thread_calls)
+        signs.report(to, span, calls, self.d.cadence_ns, thread_calls)
     }
 
     /// End of stream: the final report over the last window.
@@ -1843,7 +1846,10 @@ impl Target {
             + self.activity_events.capacity() * 8
             + self.overflow.as_ref().map_or(0, EpochSketch::bytes)
             + self.overflow_ids.capacity() * 8
-            + self.signs.bytes()
+            + self
+                .signs
+                .as_ref()
+                .map_or(0, |s| std::mem::size_of::<SignsState>() + s.bytes())
     }
 
     /// Number of threads tracked.
