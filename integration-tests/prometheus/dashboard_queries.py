@@ -31,7 +31,7 @@ BUILTINS = {
 }
 
 # Series a faultline exports only when its source delivers hardware counters (the vital
-# signs; the perf sources send none). A query reading only these may come back empty, but
+# signs; the recorded perf traces this test replays carry none). A query reading only these may come back empty, but
 # only while Prometheus holds no vital sign of any faultline at all: once one exists, an
 # empty panel is a real failure again. It must still parse.
 COUNTER_ONLY = ("faultline_vital_sign", "faultline_symptom")

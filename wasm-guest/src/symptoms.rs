@@ -125,15 +125,26 @@ pub fn symptoms(c: &CounterTotals) -> Vec<Symptom> {
     symptoms_with(c, &Thresholds::default())
 }
 
-/// The symptoms the counters show under explicit thresholds.
+/// The symptoms the counters show under explicit thresholds (a switch count of 0 read
+/// as not measured: see [`symptoms_measured`]).
 pub fn symptoms_with(c: &CounterTotals, t: &Thresholds) -> Vec<Symptom> {
+    symptoms_measured(c, t, c.context_switches > 0)
+}
+
+/// The symptoms the counters show; `switches_measured`: whether the source counts
+/// context switches, so that 0 means none (a loop whose calls never block), not unknown.
+pub fn symptoms_measured(
+    c: &CounterTotals,
+    t: &Thresholds,
+    switches_measured: bool,
+) -> Vec<Symptom> {
     let mut found = Vec::new();
     let enough_cycles = c.cycles >= t.min_calls.saturating_mul(1000);
     let mpki = ratio(c.cache_misses, c.instructions).map(|r| r * 1000.0);
     let calls_per_mcycle = ratio(c.calls, c.cycles).map(|r| r * 1e6);
-    // No switch at all in `min_calls` calls or more means the source does not count
-    // them (perf's sampled counters do not): a rule needing them abstains.
-    let switches_per_call = (c.context_switches > 0)
+    // Without switch counts (perf's sampled counters have none) a rule needing them
+    // abstains.
+    let switches_per_call = switches_measured
         .then(|| ratio(c.context_switches, c.calls))
         .flatten();
     let cycles_per_ns = ratio(c.cycles, c.wall_ns);

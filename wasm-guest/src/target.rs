@@ -1450,7 +1450,7 @@ impl Target {
             },
             cpu_burners: burners,
             cpu_taken,
-            vital_signs: self.vital_signs(from, to, events),
+            vital_signs: self.vital_signs(to, events),
         };
         report.tidy();
         report
@@ -1737,10 +1737,14 @@ impl Target {
 
     /// The vital signs of the window ending at `to` (see [`crate::vital_signs`]), when
     /// the source delivered counters; `calls`: the target's calls over the kept epochs.
-    fn vital_signs(&self, from: u64, to: u64, calls: u64) -> Option<VitalSigns> {
+    fn vital_signs(&self, to: u64, calls: u64) -> Option<VitalSigns> {
         let signs = self.signs.as_ref()?;
+        // The ring's slots end at the cadence ticks, the current one at the next tick
+        // (which is `to` when a tick reports): its counters cover the time since then
+        // (or since the first counters), up to the latest data.
         let kept = self.activity_events.len() as u64 * self.d.cadence_ns;
-        let span = kept.min(to.saturating_sub(from));
+        let kept_from = self.next_tick_ns.unwrap_or(to).saturating_sub(kept);
+        let to = to.min(self.now_ns);
         let bin = self.d.bin_ns;
         let thread_calls = |tid: u32, a: u64, b: u64| {
             self.index
@@ -1749,7 +1753,7 @@ impl Target {
                 .filter(|t| t.tid == tid)
                 .map_or(0, |t| calls_in(t, a, b, bin).round() as u64)
         };
-        signs.report(to, span, calls, self.d.cadence_ns, thread_calls)
+        signs.report(to, kept_from, calls, self.d.cadence_ns, thread_calls)
     }
 
     /// End of stream: the final report over the last window.

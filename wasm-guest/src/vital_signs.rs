@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::event::PerfCounters;
-use crate::symptoms::{symptoms, CounterTotals, Symptom};
+use crate::symptoms::{symptoms_measured, CounterTotals, Symptom, Thresholds};
 
-/// Threads listed in a report's vital signs (those showing a symptom, most cycles first).
+/// Threads listed in a report's vital signs (those showing a symptom, busy loops first, then most cycles).
 pub const MAX_LISTED_THREADS: usize = 8;
 
 /// The counters' ratios, as the rules read them (`None`: not measured).
@@ -85,7 +85,7 @@ pub struct VitalSigns {
     /// What the target's totals show.
     pub symptoms: Vec<Symptom>,
     /// Threads whose own recent counters (the last one to two cadence epochs) show a
-    /// symptom, most cycles first, at most [`MAX_LISTED_THREADS`]: a target's totals
+    /// symptom, busy loops first, then most cycles, at most [`MAX_LISTED_THREADS`]: a target's totals
     /// hide one spinning thread among many busy ones.
     pub threads: Vec<ThreadSigns>,
 }
@@ -104,9 +104,18 @@ struct ThreadCounters {
 pub struct SignsState {
     /// Per activity epoch; empty until the first counters arrive.
     epochs: Vec<PerfCounters>,
-    /// When the first counters arrived (their start), for the target's span.
+    /// When the first counters kept in `epochs` arrived (their start), for the span.
     first_ns: Option<u64>,
     threads: BTreeMap<u32, ThreadCounters>,
+    /// The cadence the threads' epochs are counted in (they are cleared when it changes).
+    cadence_ns: u64,
+    /// The latest epoch at which a search for stale threads found none: with the map
+    /// full, searching again for every record of a new thread in the same epoch would
+    /// walk the whole map each time (`max_threads` entries) to find nothing again.
+    full_at_epoch: Option<u64>,
+    /// Whether any record counted a context switch: then a thread's zero is a measured
+    /// zero (a loop whose calls never block), not a source that does not count them.
+    switches_measured: bool,
 }
 
 fn add(into: &mut PerfCounters, p: &PerfCounters) {
@@ -134,23 +143,35 @@ impl SignsState {
     ) -> bool {
         let start = ts_ns.saturating_sub(interval_ns);
         self.first_ns = Some(self.first_ns.map_or(start, |f| f.min(start)));
+        self.switches_measured |= p.context_switches > 0;
         if self.epochs.len() != epochs {
             self.epochs = vec![PerfCounters::default(); epochs];
         }
         if let Some(e) = self.epochs.get_mut(slot) {
             add(e, p);
         }
-        let epoch = ts_ns / cadence_ns.max(1);
+        let cadence = cadence_ns.max(1);
+        if cadence != self.cadence_ns {
+            // Epochs counted in another cadence's units cannot be compared with these.
+            self.threads.clear();
+            self.full_at_epoch = None;
+            self.cadence_ns = cadence;
+        }
+        let epoch = ts_ns / cadence;
         if !self.threads.contains_key(&tid) && self.threads.len() >= max_threads {
+            if self.full_at_epoch.is_some_and(|e| e >= epoch) {
+                return false;
+            }
             // Make room from threads whose epochs both ended before this record's.
             let stale: Vec<u32> = self
                 .threads
                 .iter()
-                .filter(|(_, t)| t.epoch + 1 < epoch)
+                .filter(|(_, t)| t.epoch.saturating_add(1) < epoch)
                 .map(|(&k, _)| k)
                 .take(64)
                 .collect();
             if stale.is_empty() {
+                self.full_at_epoch = Some(epoch);
                 return false;
             }
             for k in stale {
@@ -161,8 +182,11 @@ impl SignsState {
             epoch,
             ..ThreadCounters::default()
         });
-        if epoch > t.epoch {
-            t.prev = if epoch == t.epoch + 1 {
+        if epoch > t.epoch || epoch.saturating_add(1) < t.epoch {
+            // Forward: a new epoch. Far back: the thread's epoch came from a record
+            // stamped ahead of the clock (within the clock screen's hour); restart from
+            // this one rather than drop every later record as too old.
+            t.prev = if epoch == t.epoch.saturating_add(1) {
                 t.cur
             } else {
                 PerfCounters::default()
@@ -170,11 +194,10 @@ impl SignsState {
             t.cur = PerfCounters::default();
             t.epoch = epoch;
         }
-        // A record of the epoch before (reordering across the boundary) goes to `prev`;
-        // older ones are left out of the thread's epochs (the target's totals have it).
+        // A record of the epoch before (reordering across the boundary) goes to `prev`.
         if epoch == t.epoch {
             add(&mut t.cur, p);
-        } else if epoch + 1 == t.epoch {
+        } else {
             add(&mut t.prev, p);
         }
         true
@@ -190,21 +213,19 @@ impl SignsState {
     /// Forgets the per-epoch totals (the ring was rebuilt with another length).
     pub fn reset_epochs(&mut self) {
         self.epochs.clear();
+        self.first_ns = None;
     }
 
-    /// Whether any counters arrived.
-    pub fn any(&self) -> bool {
-        self.first_ns.is_some()
-    }
-
-    /// The report's vital signs for the window ending at `to`: the target's totals over
-    /// the kept epochs (`span_ns` of them at most, `calls` system calls), and the threads
-    /// whose last two epochs show a symptom. `thread_calls(tid, from, to)` counts a
-    /// thread's calls. `None` without counters.
+    /// The report's vital signs for the data up to `to`: the target's totals over the
+    /// kept epochs (which cover the time from `kept_from` on; `calls` system calls), and
+    /// the threads whose last two epochs show a symptom. `thread_calls(tid, from, to)`
+    /// counts a thread's calls (0 for a thread with no syscall record: it made none
+    /// lately, or it was evicted, which the counters report). `None` without counters
+    /// in the kept epochs (none ever, or none since the window moved past the last).
     pub fn report(
         &self,
         to: u64,
-        span_ns: u64,
+        kept_from: u64,
         calls: u64,
         cadence_ns: u64,
         thread_calls: impl Fn(u32, u64, u64) -> u64,
@@ -214,8 +235,14 @@ impl SignsState {
         for e in &self.epochs {
             add(&mut sum, e);
         }
-        let from = to.saturating_sub(span_ns).max(first);
-        let totals = totals_of(&sum, calls, to.saturating_sub(from));
+        if sum == PerfCounters::default() {
+            // The counters stopped a window ago: no vital signs, rather than zeros that
+            // would read as a target that stopped using its CPU.
+            return None;
+        }
+        let from = kept_from.max(first).min(to);
+        let totals = totals_of(&sum, calls, to - from);
+        let measured = self.switches_measured;
         let cadence = cadence_ns.max(1);
         let now_epoch = to / cadence;
         let lo_epoch = now_epoch.saturating_sub(1);
@@ -237,7 +264,7 @@ impl SignsState {
                 continue;
             }
             let totals = totals_of(&s, thread_calls(tid, from, to), to.saturating_sub(from));
-            let found = symptoms(&totals);
+            let found = symptoms_measured(&totals, &Thresholds::default(), measured);
             if !found.is_empty() {
                 threads.push(ThreadSigns {
                     tid,
@@ -247,17 +274,20 @@ impl SignsState {
                 });
             }
         }
+        // Busy loops first: eight cache-thrashing threads with more cycles must not push
+        // the spinning thread (the one an alert is about) off the list.
+        let busy = |t: &ThreadSigns| t.symptoms.contains(&Symptom::BusyLoop);
         threads.sort_by(|a, b| {
-            b.totals
-                .cycles
-                .cmp(&a.totals.cycles)
+            busy(b)
+                .cmp(&busy(a))
+                .then(b.totals.cycles.cmp(&a.totals.cycles))
                 .then(a.tid.cmp(&b.tid))
         });
         threads.truncate(MAX_LISTED_THREADS);
         Some(VitalSigns {
             totals,
             rates: SignRates::of(&totals),
-            symptoms: symptoms(&totals),
+            symptoms: symptoms_measured(&totals, &Thresholds::default(), measured),
             threads,
         })
     }
@@ -305,7 +335,7 @@ mod tests {
             assert!(s.add(7, i * S, S, &spin(3 * S), (i / 10) as usize, 9, 10 * S, 100));
             assert!(s.add(8, i * S, S, &spin(1_000), (i / 10) as usize, 9, 10 * S, 100));
         }
-        let v = s.report(20 * S, 90 * S, 50, 10 * S, |_, _, _| 5).unwrap();
+        let v = s.report(20 * S, 0, 50, 10 * S, |_, _, _| 5).unwrap();
         assert_eq!(v.threads.len(), 1);
         assert_eq!(v.threads[0].tid, 7);
         assert_eq!(v.threads[0].symptoms, vec![Symptom::BusyLoop]);
@@ -334,7 +364,7 @@ mod tests {
             100,
         );
         let v = s
-            .report(19 * S + 5_000_000, 90 * S, 0, 10 * S, |_, _, _| 0)
+            .report(19 * S + 5_000_000, 0, 0, 10 * S, |_, _, _| 0)
             .unwrap();
         assert!(v.threads.is_empty(), "{v:?}");
     }
@@ -355,8 +385,7 @@ mod tests {
     #[test]
     fn no_counters_no_vital_signs() {
         let s = SignsState::default();
-        assert!(s.report(10 * S, 90 * S, 100, 10 * S, |_, _, _| 0).is_none());
-        assert!(!s.any());
+        assert!(s.report(10 * S, 0, 100, 10 * S, |_, _, _| 0).is_none());
     }
 
     #[test]
@@ -365,8 +394,78 @@ mod tests {
         s.add(1, S, S, &spin(500), 0, 2, 10 * S, 10);
         s.add(1, 11 * S, S, &spin(700), 1, 2, 10 * S, 10);
         s.clear_epoch(0);
-        let v = s.report(12 * S, 20 * S, 0, 10 * S, |_, _, _| 0).unwrap();
+        let v = s.report(12 * S, 0, 0, 10 * S, |_, _, _| 0).unwrap();
         assert_eq!(v.totals.cycles, 700);
         assert_eq!(v.totals.wall_ns, 12 * S);
+    }
+
+    #[test]
+    fn a_record_stamped_ahead_does_not_silence_its_thread() {
+        let mut s = SignsState::default();
+        // One record 50 min ahead (inside the clock screen's hour), then the real ones.
+        s.add(7, 3_000 * S, S, &spin(10), 0, 9, 10 * S, 100);
+        for i in 11..=20u64 {
+            s.add(7, i * S, S, &spin(3 * S), 1, 9, 10 * S, 100);
+        }
+        let v = s.report(20 * S, 0, 0, 10 * S, |_, _, _| 0).unwrap();
+        assert_eq!(v.threads.first().map(|t| t.tid), Some(7), "{v:#?}");
+    }
+
+    #[test]
+    fn a_spinner_is_listed_before_more_cycles_of_cache_thrash() {
+        let mut s = SignsState::default();
+        // Over the 10 s span: 4 cycles per ns at 50 MPKI, against 3 for the spinner.
+        let thrash = PerfCounters {
+            cycles: 40 * S,
+            instructions: 10 * S,
+            cache_misses: 500_000_000,
+            context_switches: 0,
+        };
+        for tid in 1..=MAX_LISTED_THREADS as u32 + 2 {
+            s.add(tid, 15 * S, 10 * S, &thrash, 1, 9, 10 * S, 100);
+        }
+        s.add(99, 15 * S, 10 * S, &spin(30 * S), 1, 9, 10 * S, 100);
+        let v = s.report(20 * S, 0, 0, 10 * S, |_, _, _| 0).unwrap();
+        assert_eq!(v.threads.len(), MAX_LISTED_THREADS);
+        assert_eq!(v.threads[0].tid, 99);
+        assert_eq!(v.threads[0].symptoms, vec![Symptom::BusyLoop]);
+        assert_eq!(v.threads[1].symptoms, vec![Symptom::CacheThrash]);
+    }
+
+    #[test]
+    fn counters_gone_for_a_window_give_no_vital_signs() {
+        let mut s = SignsState::default();
+        s.add(1, S, S, &spin(500), 0, 2, 10 * S, 10);
+        s.clear_epoch(1);
+        s.clear_epoch(0);
+        assert!(s.report(30 * S, 10 * S, 0, 10 * S, |_, _, _| 0).is_none());
+    }
+
+    #[test]
+    fn a_measured_zero_switch_count_lets_the_syscall_loop_rule_judge() {
+        // A thread retrying a failing call: 2 M calls in 1 G cycles, never blocking.
+        let retry = PerfCounters {
+            cycles: 10 * S,
+            instructions: 20 * S,
+            cache_misses: 1_000_000,
+            context_switches: 0,
+        };
+        let calls = |_: u32, _: u64, _: u64| 20_000_000;
+        let mut unmeasured = SignsState::default();
+        unmeasured.add(5, 15 * S, 10 * S, &retry, 1, 9, 10 * S, 100);
+        let v = unmeasured.report(20 * S, 0, 0, 10 * S, calls).unwrap();
+        assert!(v.threads.is_empty(), "switches are not counted: {v:#?}");
+        // Another thread's record counted switches: the source counts them.
+        let mut measured = unmeasured.clone();
+        let blocking = PerfCounters {
+            context_switches: 40,
+            ..spin(1_000)
+        };
+        measured.add(6, 15 * S, 10 * S, &blocking, 1, 9, 10 * S, 100);
+        let v = measured.report(20 * S, 0, 0, 10 * S, calls).unwrap();
+        assert_eq!(
+            v.threads.first().map(|t| (t.tid, t.symptoms.clone())),
+            Some((5, vec![Symptom::SyscallLoop]))
+        );
     }
 }

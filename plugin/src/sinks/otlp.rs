@@ -400,7 +400,7 @@ impl OtlpSink {
                 AnyValue::ListAny(Box::new(symptoms.collect())),
             );
             // One key per symptom rather than a map: the `symptom` values are a closed set
-            // of four, and flat keys stay queryable in backends that flatten attributes.
+            // of three, and flat keys stay queryable in backends that flatten attributes.
             for (symptom, tids) in names::symptom_threads(vs) {
                 let tids = tids.into_iter().map(|t| AnyValue::from(i64::from(t)));
                 rec.add_attribute(

@@ -61,7 +61,7 @@ struct TargetSeries {
     reports_by_trigger: [u64; 3],
     /// (`sign`, value) of the report's measured vital signs; empty without counters.
     vital_signs: Vec<(&'static str, f64)>,
-    /// The target's symptoms (a subset of the four in [`names::SYMPTOMS`]).
+    /// The target's symptoms (a subset of the three in [`names::SYMPTOMS`]).
     symptoms: Vec<&'static str>,
     /// (`symptom`, listed threads showing it), for symptoms at least one thread shows.
     symptom_threads: Vec<(&'static str, u64)>,

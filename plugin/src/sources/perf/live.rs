@@ -278,8 +278,12 @@ fn stat_counts_all(text: &str, events: &[&str]) -> bool {
         text.lines().any(|line| {
             let mut fields = line.split(',');
             let count = fields.next().and_then(|c| c.trim().parse::<u64>().ok());
-            // Some perf versions add a modifier (`cycles:u` when kernel counting is denied).
-            let name = fields.nth(1).map(|n| n.split(':').next().unwrap_or(n));
+            // Some perf versions add a modifier (`cycles:u` when kernel counting is denied);
+            // hybrid CPUs count per PMU (`cpu_core/cycles/`, `cpu_atom/cycles/`).
+            let name = fields.nth(1).map(|n| {
+                let n = n.split(':').next().unwrap_or(n).trim_end_matches('/');
+                n.rsplit('/').next().unwrap_or(n)
+            });
             name == Some(*event) && count.is_some_and(|c| i > 0 || c > 0)
         })
     })
@@ -570,6 +574,9 @@ mod tests {
         let zero = "0,,cycles,1,100.00,,\n0,,instructions,1,100.00,,\n0,,cache-misses,1,100.00,,\n";
         assert!(!stat_counts_all(zero, &events));
         assert!(!stat_counts_all("", &events));
+        // A hybrid CPU counts on each of its PMUs.
+        let hybrid = "2085953,,cpu_core/cycles/,1,100.00,,\n7,,cpu_atom/cycles/,1,100.00,,\n629291,,cpu_core/instructions/,1,100.00,,\n28755,,cpu_core/cache-misses/,1,100.00,,\n";
+        assert!(stat_counts_all(hybrid, &events));
     }
 
     #[test]

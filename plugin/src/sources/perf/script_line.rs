@@ -357,17 +357,21 @@ fn parse_counter(line: &[u8]) -> Option<Parsed<'_>> {
         (None, first)
     };
     let event = event.strip_suffix(b":")?;
-    // `cycles`, `cycles/period=N/`, `cycles:u`: the name ends at the first `/` or `:`.
-    let end = event
-        .iter()
-        .position(|c| matches!(*c, b'/' | b':'))
-        .unwrap_or(event.len());
-    let Some(counter) = Counter::of_name(event.get(..end)?) else {
+    // `cycles`, `cycles/period=N/`, `cycles:u`: the name ends at the first `/` or `:`;
+    // hybrid CPUs name the PMU first (`cpu_core/cycles/`, `cpu_atom/cycles/period=N/`).
+    let first_name = segment(event);
+    let name = match event.get(first_name.len()) {
+        Some(b'/') if Counter::of_name(first_name).is_none() => {
+            segment(event.get(first_name.len() + 1..).unwrap_or_default())
+        }
+        _ => first_name,
+    };
+    let Some(counter) = Counter::of_name(name) else {
         // A sample of another counter (`branch-misses`, `cpu-clock`) is well-formed;
         // without a period the line is left to the check for other events.
         return period.map(|_| Parsed::Skip);
     };
-    let Some(period) = period.or_else(|| named_period(event.get(end..)?)) else {
+    let Some(period) = period.or_else(|| named_period(event)) else {
         return Some(Parsed::Skip);
     };
     Some(Parsed::Counter(CounterLine {
@@ -378,6 +382,15 @@ fn parse_counter(line: &[u8]) -> Option<Parsed<'_>> {
         counter,
         period,
     }))
+}
+
+/// `s` up to its first `/` or `:` (an event name without its terms or modifiers).
+fn segment(s: &[u8]) -> &[u8] {
+    let end = s
+        .iter()
+        .position(|c| matches!(*c, b'/' | b':'))
+        .unwrap_or(s.len());
+    s.get(..end).unwrap_or_default()
 }
 
 /// The `N` of a `period=N` term in an event's `/…/` terms.
@@ -759,6 +772,11 @@ mod tests {
         assert_eq!(c.period, 20_000_000);
         let c = counter("x 1/2 3.4: instructions/sample_period=30000000/:");
         assert_eq!(c.period, 30_000_000);
+        // Hybrid CPUs name the PMU first (perf's own spelling of those events).
+        let c = counter("x 1/2 3.4: 20000000 cpu_core/cycles/period=20000000/:");
+        assert_eq!((c.counter, c.period), (Counter::Cycles, 20_000_000));
+        let c = counter("x 1/2 3.4: cpu_atom/cache-misses/period=200000/:");
+        assert_eq!((c.counter, c.period), (Counter::CacheMisses, 200_000));
     }
 
     #[test]
