@@ -129,3 +129,15 @@ pub fn symptom_threads(v: &VitalSigns) -> Vec<(&'static str, Vec<u32>)> {
         })
         .collect()
 }
+
+/// The `faultline_symptom_threads` series of a report: (`symptom` label value, how many
+/// listed threads show it), none without vital signs.
+pub fn symptom_thread_counts(v: Option<&VitalSigns>) -> Vec<(&'static str, u64)> {
+    v.map(|v| {
+        symptom_threads(v)
+            .into_iter()
+            .map(|(s, tids)| (s, tids.len() as u64))
+            .collect()
+    })
+    .unwrap_or_default()
+}

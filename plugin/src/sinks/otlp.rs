@@ -528,14 +528,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
         reports_by_trigger: reports,
         vital_signs: vs.map(|v| names::vital_signs(&v.rates)).unwrap_or_default(),
         symptoms: vs.map(names::target_symptoms).unwrap_or_default(),
-        symptom_threads: vs
-            .map(|v| {
-                names::symptom_threads(v)
-                    .into_iter()
-                    .map(|(s, tids)| (s, tids.len() as u64))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        symptom_threads: names::symptom_thread_counts(vs),
     }
 }
 

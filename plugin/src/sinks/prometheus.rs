@@ -226,14 +226,7 @@ impl PrometheusSink {
             reports_by_trigger,
             vital_signs: vs.map(|v| names::vital_signs(&v.rates)).unwrap_or_default(),
             symptoms: vs.map(names::target_symptoms).unwrap_or_default(),
-            symptom_threads: vs
-                .map(|v| {
-                    names::symptom_threads(v)
-                        .into_iter()
-                        .map(|(s, tids)| (s, tids.len() as u64))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            symptom_threads: names::symptom_thread_counts(vs),
         }
     }
 }
