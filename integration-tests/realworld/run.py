@@ -108,6 +108,23 @@ def write_results(path, rows, truths, args, versions, otlp):
                          f"{lv['false_alarms_before_fault']} | {od.get('verdict', od.get('error', '—'))} | "
                          f"{od.get('impact_factor', '')} | {', '.join(od.get('top_syscalls_by_time', []) or [])} |")
         lines.append("")
+        signs = [t for t in live if (t["live"].get("vital_signs") or {}).get("reports_with_counters")]
+        if signs:
+            lines += ["### Vital signs (hardware counters the live perf source samples per thread)", "",
+                      "A thread burning ≥ 1 cycle per ns with < 0.5 cache misses per thousand instructions and "
+                      "almost no syscalls is a busy loop (ChopStix Rule #1); a runaway loop makes no syscalls, "
+                      "so only the counters show it. The CPU burner column is the on-demand report's "
+                      "scheduler-based burners, for comparison.", "",
+                      "| case | truth | cadence reports with counters | busy-loop reports before fault | "
+                      "after fault | first after fault: delay (s), tids | on-demand CPU burners |",
+                      "|---|---|---|---|---|---|---|"]
+            for t in signs:
+                v, od = t["live"]["vital_signs"], t["live"].get("on_demand") or {}
+                first = (f"{v['busy_loop_delay_s']}, {v['busy_loop_tids']}" if v["busy_loop_delay_s"] is not None else "—")
+                lines.append(f"| {t['case_id']} | {t['class']} | {v['reports_with_counters']} | "
+                             f"{v['busy_loop_reports_before_fault']} | {v['busy_loop_reports_after_fault']} | {first} | "
+                             f"{od.get('cpu_burners', '—')} |")
+            lines.append("")
     if otlp:
         lines += ["## One case through OTLP (OpenTelemetry Python SDK, gRPC, engine in wasmtime)", "",
                   f"`{otlp['case']}`: {otlp['sent']} records sent (each perf line as one log record with "
@@ -227,7 +244,8 @@ def main():
 
 def smoke_checks(rows, truths, otlp):
     """CI's checks: every case recorded events and was analysed; the control stays `none`
-    (offline and live); the CPU cap is `external` (offline, on demand).
+    (offline and live) and, where the live perf source sampled hardware counters, names no
+    busy loop; the CPU cap is `external` (offline, on demand).
 
     A control is only fault-free when its own client saw no slowdown: on a shared host a
     neighbour's load can hurt it as much as an injected fault (measured in a CI pre-check:
@@ -267,6 +285,10 @@ def smoke_checks(rows, truths, otlp):
         if (t["class"] == "none" and t["case_id"] not in disturbed and "live" in t
                 and t["live"]["false_alarms_before_fault"] + (t["live"]["continuous_verdict"] != "none") > 0):
             failures.append(f"{t['case_id']}: the live plugin raised a verdict on the control")
+        signs = (t.get("live") or {}).get("vital_signs") or {}
+        if (t["class"] == "none" and t["case_id"] not in disturbed
+                and signs.get("busy_loop_reports_before_fault", 0) + signs.get("busy_loop_reports_after_fault", 0) > 0):
+            failures.append(f"{t['case_id']}: the live plugin's counters named a busy loop on the control")
     for f in failures:
         print(f"SMOKE FAIL: {f}")
     print(f"smoke: {len(failures)} failure(s)")

@@ -73,6 +73,7 @@ class LivePlugin:
         late = [r for r in cadence if r["verdict"] != "none" and r["window_end_ns"] >= fault_start_ns]
         first = late[0] if late else None
         return {
+            "vital_signs": vital_signs(cadence, fault_start_ns),
             "exit_code": getattr(self, "exit_code", None),
             "reports": len(reports),
             "false_alarms_before_fault": len(early),
@@ -100,5 +101,29 @@ def slim(report):
     if isinstance(report.get("reports"), list):  # answer may wrap several targets
         report = report["reports"][0] if report["reports"] else {}
     return {k: report.get(k) for k in ("verdict", "impact_factor", "onset_dispersion_seconds", "subsystem")} | {
-        "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]]
+        "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]],
+        "cpu_burners": [b["tid"] for b in report.get("cpu_burners", [])],
+    }
+
+
+def busy_tids(report):
+    """Tids the report's vital signs name as busy loops (hardware counters, ChopStix Rule #1)."""
+    vs = report.get("vital_signs") or {}
+    return sorted(t["tid"] for t in vs.get("threads", []) if "busy_loop" in t.get("symptoms", []))
+
+
+def vital_signs(cadence, fault_start_ns):
+    """What the live reports' vital signs said: whether counters arrived, cadence reports
+    naming a busy loop before the fault (false alarms on a healthy server), and the first
+    one after it (delay and tids)."""
+    with_signs = [r for r in cadence if r.get("vital_signs")]
+    before = [r for r in with_signs if r["window_end_ns"] < fault_start_ns and busy_tids(r)]
+    after = [r for r in with_signs if r["window_end_ns"] >= fault_start_ns and busy_tids(r)]
+    first = after[0] if after else None
+    return {
+        "reports_with_counters": len(with_signs),
+        "busy_loop_reports_before_fault": len(before),
+        "busy_loop_delay_s": round((first["window_end_ns"] - fault_start_ns) / 1e9, 1) if first else None,
+        "busy_loop_tids": busy_tids(first) if first else [],
+        "busy_loop_reports_after_fault": len(after),
     }
