@@ -43,7 +43,7 @@ use crate::clock_screen::{ClockScreen, Screened};
 use crate::cpu_time::{Burner, BurnerTest, NeighbourTest, Switches};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
-use crate::event::{EventKind, SyscallEvent};
+use crate::event::{EventKind, PerfCounters, SyscallEvent};
 use crate::pairing::Call;
 use crate::params::{seconds_to_ns, Params};
 use crate::ranking::{self, Ranking};
@@ -701,6 +701,9 @@ impl Target {
                 .switched_in()
                 .is_some_and(|next| next != 0 && self.index.get(next).is_none());
             add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
+            if ev.kind == EventKind::OffCpu && self.signs.is_some() {
+                self.add_switch(ev);
+            }
             return;
         }
         // The gap channel's key is no syscall's: an id that collides with it (from a
@@ -1028,6 +1031,31 @@ impl Target {
         }
         if let Some(s) = self.signs.as_mut() {
             s.clear_epoch(self.epoch_slot);
+        }
+    }
+
+    /// Counts a switch away from the CPU as a context switch in the vital signs, once
+    /// counters arrive: perf's sampled counters carry no switch counts, and without them
+    /// the rule for a syscall loop (calls that never block) cannot judge.
+    #[cold]
+    #[inline(never)]
+    fn add_switch(&mut self, ev: &SyscallEvent) {
+        let epochs = self.activity_events.len();
+        let one = PerfCounters {
+            context_switches: 1,
+            ..PerfCounters::default()
+        };
+        if let Some(s) = self.signs.as_mut() {
+            s.add(
+                ev.tid,
+                ev.ts_ns,
+                0,
+                &one,
+                self.epoch_slot,
+                epochs,
+                self.d.cadence_ns,
+                self.params.max_threads,
+            );
         }
     }
 

@@ -14,6 +14,13 @@
 //!   epoch), for at most `max_threads` threads. A thread past the bound is not tracked
 //!   (counted in `untracked_counter_threads`); its counters still count for the target.
 //!
+//! Context switches come from the counters when the source counts them, and from the
+//! scheduler's switch records (perf's `sched:sched_switch`) once counters flow: perf's
+//! sampled counters have none, and without them the syscall-loop rule cannot judge. A
+//! thread's calls come from its syscall record's per-bin counts, which saturate at 65,535
+//! per bin (about 187 k calls a second at the default window): a faster loop reads fewer
+//! calls than it made.
+//!
 //! A thread's wall-clock span runs from the start of the older epoch to the report's end,
 //! never from its first to its last sample: a thread sampled twice in 5 ms would
 //! otherwise read as a core flat out.

@@ -122,3 +122,63 @@ fn a_spinning_thread_is_named_a_busy_loop_and_the_verdict_stays_the_syscalls() {
     assert_eq!(verdicts(&plain), verdicts(&reports));
     assert!(plain.iter().all(|r| r.vital_signs.is_none()));
 }
+
+/// With counters flowing, the scheduler's switch records count as the threads' context
+/// switches (perf's sampled counters have none): a thread retrying a failing call in a
+/// tight loop, preempted now and then but never blocking, is a syscall loop.
+#[test]
+fn switch_records_complete_the_counters_and_name_a_syscall_loop() {
+    let (pid, looping, healthy) = (4242, 4243, 4244);
+    let start = 1_000_000_000_000u64;
+    let openat = faultline_engine::SyscallId::from_name("openat");
+    let read = faultline_engine::SyscallId::from_name("read");
+    let mut events = Vec::new();
+    // 12 s: the looping thread fails an openat every 8 µs (250 calls per million cycles at
+    // 0.5 G cycles a second; per-thread call counts saturate at 65,535 per 0.35 s bin,
+    // about 187 k calls a second, so a faster loop reads fewer calls than it made),
+    // preempted every 8 ms; the healthy one reads every 8 ms and blocks after each.
+    let mut ts = start;
+    while ts < start + 12 * SECOND {
+        for i in 0..1_000u64 {
+            let t = ts + i * 8_000;
+            events.push(SyscallEvent::complete(pid, looping, openat, t, 1_000));
+        }
+        events.push(SyscallEvent::off_cpu(pid, looping, ts + 7_999_000, true));
+        events.push(SyscallEvent::complete(pid, healthy, read, ts, 5_000));
+        events.push(SyscallEvent::off_cpu(pid, healthy, ts + 5_000, false));
+        ts += 8_000_000;
+        if (ts - start) % (200 * 1_000_000) == 0 {
+            let spin = PerfCounters {
+                cycles: 100_000_000,
+                instructions: 200_000_000,
+                cache_misses: 10_000,
+                context_switches: 0,
+            };
+            events.push(SyscallEvent::counters(pid, looping, ts, 200_000_000, spin));
+            let calm = PerfCounters {
+                cycles: 1_000_000,
+                instructions: 1_000_000,
+                cache_misses: 5_000,
+                context_switches: 0,
+            };
+            events.push(SyscallEvent::counters(pid, healthy, ts, 200_000_000, calm));
+        }
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    let reports = run(&events);
+    let last = reports
+        .last()
+        .and_then(|r| r.vital_signs.as_ref())
+        .expect("vital signs");
+    assert!(last.totals.context_switches > 0, "{last:#?}");
+    let names: Vec<_> = last
+        .threads
+        .iter()
+        .map(|t| (t.tid, t.symptoms.clone()))
+        .collect();
+    assert_eq!(
+        names,
+        vec![(looping, vec![Symptom::SyscallLoop])],
+        "{last:#?}"
+    );
+}
