@@ -147,7 +147,7 @@ fn switch_records_complete_the_counters_and_name_a_syscall_loop() {
         events.push(SyscallEvent::complete(pid, healthy, read, ts, 5_000));
         events.push(SyscallEvent::off_cpu(pid, healthy, ts + 5_000, false));
         ts += 8_000_000;
-        if (ts - start) % (200 * 1_000_000) == 0 {
+        if (ts - start).is_multiple_of(200 * 1_000_000) {
             let spin = PerfCounters {
                 cycles: 100_000_000,
                 instructions: 200_000_000,
