@@ -89,7 +89,8 @@ pub struct Thresholds {
     pub busy_max_mpki: f64,
     /// …and fewer syscalls per million cycles than this (the loop does not call the kernel).
     pub busy_max_calls_per_mcycle: f64,
-    /// Syscall loop: at least this many calls per million cycles (a call every 5 k cycles)…
+    /// Syscall loop: at least this many calls per million cycles (a call every 50 k
+    /// cycles; Apache retrying a failing `openat` made 30–50: a path walk is not cheap)…
     pub loop_min_calls_per_mcycle: f64,
     /// …with fewer context switches per call than this (the calls return at once).
     pub loop_max_switches_per_call: f64,
@@ -111,7 +112,7 @@ impl Default for Thresholds {
             busy_min_cycles_per_ns: 1.0,
             busy_max_mpki: 0.5,
             busy_max_calls_per_mcycle: 1.0,
-            loop_min_calls_per_mcycle: 200.0,
+            loop_min_calls_per_mcycle: 20.0,
             loop_max_switches_per_call: 0.01,
             thrash_min_mpki: 20.0,
             thrash_min_cycles_per_ns: 0.5,
