@@ -1,6 +1,8 @@
 //! The perf sources on real data: fixture lines cut from the shared MariaDB traces, captures
 //! of real processes made with the real `perf`, and malformed input.
 
+mod perf_support;
+use perf_support::perf_usable;
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::BufRead;
 use std::path::{Path, PathBuf};
@@ -271,30 +273,6 @@ proptest! {
         let blank = mutated.lines().filter(|l| l.trim().is_empty()).count() as u64;
         prop_assert_eq!(events + stats.decode_errors(), 40 - blank);
     }
-}
-
-/// True when perf can trace syscalls here; otherwise says loudly why the test is skipped.
-fn perf_usable() -> bool {
-    let ok = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "raw_syscalls:sys_enter",
-            "-o",
-            "/dev/null",
-            "--",
-            "true",
-        ])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if !ok {
-        eprintln!(
-            "\n!!!!! SKIPPED: `perf` missing or not permitted to trace syscalls here !!!!!\n"
-        );
-    }
-    ok
 }
 
 const DD_BYTES: u32 = 3000;

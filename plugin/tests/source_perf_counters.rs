@@ -3,6 +3,8 @@
 //! instructions and cache misses, and the engine fed by the source naming the spinner a
 //! busy loop. Skipped (loudly) where perf cannot trace or the PMU cannot count.
 
+mod perf_support;
+use perf_support::perf_usable;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -21,22 +23,7 @@ use faultline_engine::{Engine, EventKind, Params, PerfCounters};
 /// True when perf can trace syscalls and count cycles, instructions and cache misses
 /// here; otherwise says loudly why the test is skipped.
 fn counters_usable() -> bool {
-    let traced = Command::new("perf")
-        .args([
-            "record",
-            "-q",
-            "-e",
-            "raw_syscalls:sys_enter",
-            "-o",
-            "/dev/null",
-        ])
-        .args(["--", "true"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !traced {
-        eprintln!(
-            "\n!!!!! SKIPPED: `perf` missing or not permitted to trace syscalls here !!!!!\n"
-        );
+    if !perf_usable() {
         return false;
     }
     if !counters_supported() {

@@ -334,6 +334,11 @@ impl Target {
     /// New parameters: if k changed, the rings are rebuilt (moving averages restart).
     pub fn set_params(&mut self, params: Params) {
         let k_changed = params.moving_average_k != self.params.moving_average_k;
+        if params.cadence_seconds != self.params.cadence_seconds {
+            if let Some(s) = self.signs.as_mut() {
+                s.reset_threads();
+            }
+        }
         let old_stride = self.stride;
         let epochs_before = self.activity_events.len();
         self.d = Derived::new(&params);

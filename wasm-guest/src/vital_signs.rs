@@ -114,8 +114,6 @@ pub struct SignsState {
     /// When the first counters kept in `epochs` arrived (their start), for the span.
     first_ns: Option<u64>,
     threads: BTreeMap<u32, ThreadCounters>,
-    /// The cadence the threads' epochs are counted in (they are cleared when it changes).
-    cadence_ns: u64,
     /// The latest epoch at which a search for stale threads found none: with the map
     /// full, searching again for every record of a new thread in the same epoch would
     /// walk the whole map each time (`max_threads` entries) to find nothing again.
@@ -157,14 +155,7 @@ impl SignsState {
         if let Some(e) = self.epochs.get_mut(slot) {
             add(e, p);
         }
-        let cadence = cadence_ns.max(1);
-        if cadence != self.cadence_ns {
-            // Epochs counted in another cadence's units cannot be compared with these.
-            self.threads.clear();
-            self.full_at_epoch = None;
-            self.cadence_ns = cadence;
-        }
-        let epoch = ts_ns / cadence;
+        let epoch = ts_ns / cadence_ns.max(1);
         if !self.threads.contains_key(&tid) && self.threads.len() >= max_threads {
             if self.full_at_epoch.is_some_and(|e| e >= epoch) {
                 return false;
@@ -215,6 +206,12 @@ impl SignsState {
         if let Some(e) = self.epochs.get_mut(slot) {
             *e = PerfCounters::default();
         }
+    }
+
+    /// Forgets the threads' epochs (counted in a cadence that changed: another unit).
+    pub fn reset_threads(&mut self) {
+        self.threads.clear();
+        self.full_at_epoch = None;
     }
 
     /// Forgets the per-epoch totals (the ring was rebuilt with another length).
