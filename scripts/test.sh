@@ -41,7 +41,7 @@ echo "== cargo doc (broken or private links in public docs fail)"
 RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test"
 cargo test --workspace
-echo "== real-world smoke (PostgreSQL under pgbench: control, CPU cap, table lock; one case through OTLP)"
+echo "== real-world smoke (PostgreSQL under pgbench: control, CPU cap, table lock, freeze; one case through OTLP)"
 # The debug binary `cargo test` just built: analysis of these short traces takes seconds.
 cargo build -p faultline
 smoke="${TMPDIR:-/tmp}/faultline-rw-smoke"

@@ -201,6 +201,8 @@ faultline_syscall_calls_per_second{{target="{t}",syscall="futex"}} 100
 faultline_syscall_mean_latency_seconds{{target="{t}",syscall="futex"}} 0.001
 # TYPE faultline_last_report_timestamp_seconds gauge
 faultline_last_report_timestamp_seconds{{target="{t}"}} {now}
+# TYPE faultline_silent_seconds gauge
+faultline_silent_seconds{{target="{t}"}} 0
 # TYPE faultline_events_received_total counter
 faultline_events_received_total{{source="replay"}} {n}
 # TYPE faultline_events_dropped_total counter

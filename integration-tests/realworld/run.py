@@ -2,8 +2,8 @@
 """Real-world verification: real servers, real kernel syscall traces, injected faults.
 
 For each application (PostgreSQL/pgbench, MariaDB/sysbench, Apache httpd/HTTP client) and each
-fault (external: CPU cap, CPU hog, memory cap, disk writer, packet loss; internal: app-specific
-bugs; and fault-free controls) it runs the server in a sandbox (network namespace + cgroup on
+fault (external: CPU cap, CPU hog, memory cap, disk writer, freeze, packet loss; internal: app-specific
+bugs; fault-free controls, and idle cases where the traffic stops) it runs the server in a sandbox (network namespace + cgroup on
 CPU 1, client on CPU 0), records `perf record` raw_syscalls, runs the live plugin beside it,
 injects the fault, then diagnoses the trace offline and prints the accuracy table.
 
@@ -29,11 +29,11 @@ from rw import diagnose, latency, otlp_case  # noqa: E402
 from rw.apps import APPS  # noqa: E402
 from rw.case import Timing, run_case  # noqa: E402
 from rw.env import Env, require, sh  # noqa: E402
-from rw.faults import EXTERNAL, CpuCap, NoFault  # noqa: E402
+from rw.faults import EXTERNAL, IDLE, CpuCap, NoFault  # noqa: E402
 from rw.live import LivePlugin  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-SMOKE = {"postgres": ["control", "cpu_cap", "lock_table"]}
+SMOKE = {"postgres": ["control", "cpu_cap", "lock_table", "freeze"]}
 # CI's CPU cap is below the server's demand (about 3 % of a CPU under the standard load), so
 # every thread stalls: a clear-cut environment fault. The full matrix's 5 % cap is marginal
 # (p50 ×2, throughput unchanged); its outcomes vary from run to run and are what
@@ -43,19 +43,20 @@ SMOKE_FAULTS = {"cpu_cap": lambda: CpuCap(fraction=0.02)}
 
 
 def plan(instances, faults, overrides=None):
-    """[(app, fault name, fault factory)] in run order: a control first and last;
-    `overrides` replaces factories by fault name."""
+    """[(app, fault name, fault factory)] in run order: a control first and last, the idle
+    cases (traffic stops; judged as controls) before the last; `overrides` replaces factories
+    by fault name."""
     out = []
     for name, app in instances.items():
         internal = app.internal_faults()
-        names = ["control"] + list(EXTERNAL) + list(internal) + ["control2"]
+        names = ["control"] + list(EXTERNAL) + list(internal) + list(IDLE) + ["control2"]
         for f in names:
             if faults and f not in faults:
                 continue
             if f in app.unsupported:
                 print(f"skip {name}_{f}: {app.unsupported[f]}")
                 continue
-            factory = NoFault if f.startswith("control") else EXTERNAL.get(f) or internal[f]
+            factory = NoFault if f.startswith("control") else EXTERNAL.get(f) or IDLE.get(f) or internal[f]
             factory = (overrides or {}).get(f, factory)
             out.append((app, f, factory))
     return out
@@ -143,6 +144,8 @@ def write_results(path, rows, truths, args, versions, otlp):
     for t in truths:
         a = t["anomaly"]
         health = f"slow ({unhealthy[t['case_id']]}×)" if t["case_id"] in unhealthy else "ok"
+        if a.get("load_stopped"):
+            health += "; load stopped at the fault start (idle case)"
         lines.append(f"| {t['case_id']} | {a['baseline_p50_ms']} → {a['fault_p50_ms']} | {a['baseline_p99_ms']} → {a['fault_p99_ms']} | "
                      f"{a['baseline_throughput']} → {a['fault_throughput']} | {a['hung_requests']} | {t['events']} | "
                      f"{t['perf_lost'].get('lost_records', 0)} | {health} |")
@@ -245,7 +248,8 @@ def main():
 def smoke_checks(rows, truths, otlp):
     """CI's checks: every case recorded events and was analysed; the control stays `none`
     (offline and live) and, where the live perf source sampled hardware counters, names no
-    busy loop; the CPU cap is `external` (offline, on demand).
+    busy loop; the CPU cap and the freeze are `external` (offline, on demand); the live
+    plugin calls the frozen server external while it is frozen.
 
     A control is only fault-free when its own client saw no slowdown: on a shared host a
     neighbour's load can hurt it as much as an injected fault (measured in a CI pre-check:
@@ -272,7 +276,8 @@ def smoke_checks(rows, truths, otlp):
             failures.append(f"{r['case']} ({r['mode']}): {r['error']}")
         elif r["truth"] == "none" and not r["right"] and r["case"] not in disturbed:
             failures.append(f"{r['case']} ({r['mode']}): control got {r['verdict']} / {r['false_alarms']} false alarms")
-        elif r["case"].endswith("cpu_cap") and r["mode"] == "on_demand" and r["valid"] and not r["right"]:
+        elif (r["case"].endswith(("cpu_cap", "freeze")) and r["mode"] == "on_demand" and r["valid"]
+              and not r["right"]):
             failures.append(f"{r['case']} (on demand): {r['verdict']}, expected external")
     if otlp is not None:
         # Records the receiver rejects (perf's `NR -1` exits) are answered as partial success.
@@ -285,6 +290,11 @@ def smoke_checks(rows, truths, otlp):
         if (t["class"] == "none" and t["case_id"] not in disturbed and "live" in t
                 and t["live"]["false_alarms_before_fault"] + (t["live"]["continuous_verdict"] != "none") > 0):
             failures.append(f"{t['case_id']}: the live plugin raised a verdict on the control")
+        # A frozen server makes no call: the live plugin must still report on it while it is
+        # frozen (its clock moved on after `silent_after_seconds`), and call it external.
+        quiet = (t.get("live") or {}).get("silent") or {}
+        if t["case_id"].endswith("freeze") and "live" in t and "external" not in quiet.get("verdicts", []):
+            failures.append(f"{t['case_id']}: no external live report while the server was frozen ({quiet})")
         signs = (t.get("live") or {}).get("vital_signs") or {}
         if (t["class"] == "none" and t["case_id"] not in disturbed
                 and signs.get("busy_loop_reports_before_fault", 0) + signs.get("busy_loop_reports_after_fault", 0) > 0):

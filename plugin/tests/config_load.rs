@@ -234,6 +234,22 @@ fn invalid_values_name_the_key_and_the_reason() {
         );
         assert!(e.starts_with("pipeline.trigger_wait_seconds: "), "{e}");
     }
+
+    // A silence shorter than a live capture's delivery delay would move a clock past
+    // records still in flight; 0 is off.
+    for bad in ["2", "-1", "100000"] {
+        let e = err_of(
+            &format!("pipeline:\n  silent_after_seconds: {bad}\n"),
+            ConfigFormat::Yaml,
+        );
+        assert!(e.starts_with("pipeline.silent_after_seconds: "), "{e}");
+    }
+    let off = load_from_str(
+        Some("pipeline:\n  silent_after_seconds: 0\n"),
+        ConfigFormat::Yaml,
+        no_env(),
+    );
+    assert_eq!(off.map(|c| c.pipeline.silent_after_seconds).ok(), Some(0.0));
 }
 
 #[test]

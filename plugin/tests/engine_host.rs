@@ -103,6 +103,17 @@ fn transcript(host: &mut dyn EngineHost, events: &[SyscallEvent], fault_at_ns: u
     let counters = host.counters().unwrap();
     assert!(host.state_bytes().unwrap() > 0);
     let fin = host.finish().unwrap();
+    // The target falls silent: its host moves its clock on, and the cadence goes on.
+    let end = events.last().map_or(0, |e| e.ts_ns);
+    host.advance("nobody", end + 1).unwrap();
+    let mut silent = Vec::new();
+    for s in [12, 25, 37] {
+        host.advance("db", end + s * 1_000_000_000).unwrap();
+        silent.extend(host.take_reports().unwrap());
+    }
+    let last = silent.last().expect("cadence reports while silent");
+    assert!(last.silent_seconds > 20.0, "{}", last.silent_seconds);
+    steps.push(json!({ "silent_after_the_end": silent }));
     json!({ "steps": steps, "calibration": cal, "counters": counters, "finish": fin })
 }
 

@@ -235,7 +235,9 @@ async fn push_and_check(protocol: OtlpProtocol) {
     sink.publish(&report("db", Verdict::External, 0.75));
     sink.publish(&report("db", Verdict::External, 0.8)); // same verdict: no new log
     sink.publish(&report("web", Verdict::None, 0.0)); // none: no log
-    sink.publish(&report("db", Verdict::Internal, 0.2)); // changed: logged
+    let mut silent = report("db", Verdict::Internal, 0.2);
+    silent.silent_seconds = 25.0; // and it has made no call for 25 s
+    sink.publish(&silent); // changed: logged
     sink.publish(&report("api", Verdict::External, 0.9)); // third target: capped
     assert_eq!(sink.capped_reports(), 1);
     assert_eq!(sink.verdict_logs(), 2);
@@ -252,6 +254,15 @@ async fn push_and_check(protocol: OtlpProtocol) {
     assert_eq!(
         last_point(&captured, "faultline_onset_dispersion_seconds", &db),
         Some(0.25)
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_silent_seconds", &db),
+        Some(25.0)
+    );
+    assert_eq!(
+        last_point(&captured, "faultline_silent_seconds", &[("target", "web")]),
+        Some(0.0),
+        "a target that makes calls is silent 0 s"
     );
     assert_eq!(
         last_point(
@@ -447,6 +458,14 @@ async fn push_and_check(protocol: OtlpProtocol) {
     assert_eq!(
         attr(&first.attributes, "faultline.threads.directly_affected"),
         Some(&any_value::Value::IntValue(5))
+    );
+    assert_eq!(
+        attr(&first.attributes, "faultline.silent_seconds"),
+        Some(&any_value::Value::DoubleValue(0.0))
+    );
+    assert_eq!(
+        attr(&logs[1].attributes, "faultline.silent_seconds"),
+        Some(&any_value::Value::DoubleValue(25.0))
     );
     assert_eq!(
         first.body.as_ref().and_then(|b| b.value.clone()),

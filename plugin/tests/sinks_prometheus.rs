@@ -136,6 +136,11 @@ fn reports_become_capped_series_and_stale_rankings_disappear() {
         sample(&text, r#"faultline_onset_dispersion_seconds{target="db"}"#),
         Some(0.125)
     );
+    // A report without `silent_seconds` (the target makes calls) exports 0.
+    assert_eq!(
+        sample(&text, r#"faultline_silent_seconds{target="db"}"#),
+        Some(0.0)
+    );
     assert_eq!(
         sample(
             &text,
@@ -224,8 +229,10 @@ fn reports_become_capped_series_and_stale_rankings_disappear() {
         Some(1.0)
     );
 
-    // The ranking changes: fsync leaves it, its series must go.
-    let second = report("db", Verdict::None, &[("futex", 0.7)]);
+    // The ranking changes: fsync leaves it, its series must go. The target has also gone
+    // quiet: 25 s without a call at the end of the window.
+    let mut second = report("db", Verdict::None, &[("futex", 0.7)]);
+    second.silent_seconds = 25.0;
     sink.publish(&second).unwrap();
     let text = exporter.encode().unwrap();
     assert!(
@@ -242,6 +249,14 @@ fn reports_become_capped_series_and_stale_rankings_disappear() {
     assert_eq!(
         sample(&text, r#"faultline_verdict{target="db",verdict="none"}"#),
         Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_silent_seconds{target="db"}"#),
+        Some(25.0)
+    );
+    assert!(
+        text.contains("# TYPE faultline_silent_seconds gauge"),
+        "{text}"
     );
     assert_eq!(
         sample(

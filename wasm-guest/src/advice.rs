@@ -50,6 +50,29 @@ pub fn hint_for(verdict: Verdict, subsystem: Subsystem, top: Option<&RankedSysca
     }
 }
 
+/// The hint of a report whose window ends a cadence or more after the target's latest
+/// record: said first, as a target that makes no call at all is what the on-call
+/// engineer sees (a hung or frozen service). Without the number of seconds, which is in
+/// `silent_seconds`: the hint is a metric label, and a new value every cadence would be a
+/// new series. Every thread stopped at once is the environment: the
+/// service stopped from outside, which the verdict's own sentence would not name (a
+/// frozen cgroup leaves threads inside their calls as well as between them), or all
+/// of it waiting on one stalled resource, which that sentence then names.
+pub fn silent(verdict: Verdict, subsystem: Subsystem, hint: &str) -> String {
+    let head = "The target makes no system call";
+    const OUTSIDE: &str =
+        "the service was stopped from outside (a frozen cgroup or container, SIGSTOP, a paused VM)";
+    match (verdict, subsystem) {
+        (Verdict::External, Subsystem::CpuScheduling) => format!(
+            "{head}: every thread stopped between its calls at once, so {OUTSIDE} or the host is starved of CPU or memory."
+        ),
+        (Verdict::External, _) => format!(
+            "{head}: every thread stopped at once inside its calls, so {OUTSIDE} or what they all wait on stalled. {hint}"
+        ),
+        _ => format!("{head}: its threads are stopped or all wait in a call. {hint}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -60,5 +83,23 @@ mod tests {
             let h = hint_for(v, Subsystem::DiskIo, None);
             assert!(h.ends_with('.') && h.len() > 20);
         }
+    }
+
+    #[test]
+    fn a_silent_target_says_so_first() {
+        let disk = hint_for(Verdict::External, Subsystem::DiskIo, None);
+        let h = silent(Verdict::External, Subsystem::DiskIo, &disk);
+        assert!(
+            h.starts_with("The target makes no system call: every thread stopped"),
+            "{h}"
+        );
+        assert!(h.ends_with("device latency)."), "{h}");
+        assert!(h.contains("stopped from outside"), "{h}");
+        let lock = hint_for(Verdict::Internal, Subsystem::Locking, None);
+        let h = silent(Verdict::Internal, Subsystem::Locking, &lock);
+        assert!(h.ends_with(&lock) && !h.contains("outside"), "{h}");
+        let cpu = hint_for(Verdict::External, Subsystem::CpuScheduling, None);
+        let h = silent(Verdict::External, Subsystem::CpuScheduling, &cpu);
+        assert!(h.contains("stopped from outside"), "{h}");
     }
 }

@@ -116,6 +116,18 @@ impl Engine {
         self.pending.extend(reports);
     }
 
+    /// Moves `target`'s clock to `now_ns` when its source sent nothing for a while (the
+    /// host's estimate of the source clock): the cadence reports that become due are
+    /// queued for [`Engine::take_reports`]. A target whose threads all stopped makes no
+    /// record, and the engine's time comes only from records. Unknown targets, and times
+    /// not ahead of the target's clock, are ignored.
+    pub fn advance(&mut self, target: &str, now_ns: u64) {
+        if let Some(t) = self.targets.get_mut(target) {
+            let due = t.advance(now_ns, &self.counters);
+            self.pending.extend(due);
+        }
+    }
+
     /// On-demand diagnosis: an external alarm says `target` became slow at `at_ns`.
     pub fn trigger(&mut self, target: &str, at_ns: u64) -> Option<Report> {
         let t = self.targets.get(target)?;

@@ -269,6 +269,12 @@ pub struct Report {
     /// symptoms), when the source delivered counters; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub vital_signs: Option<crate::vital_signs::VitalSigns>,
+    /// Seconds from the target's latest record (as of the latest batch received) to the
+    /// window end: 0 while it makes calls; grows when the host advances the clock of a
+    /// target that sent nothing (`Engine::advance`): its threads are stopped (a frozen
+    /// cgroup, a paused VM) or all wait in a call (a hang).
+    #[serde(default)]
+    pub silent_seconds: f64,
 }
 
 /// The target's switches away from the CPU that handed it to another process's task, as

@@ -39,7 +39,7 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
-use crate::clock_screen::{ClockScreen, Screened};
+use crate::clock_screen::{ClockScreen, Screened, MAX_CLOCK_JUMP_NS};
 use crate::cpu_time::{Burner, BurnerTest, NeighbourTest, Switches};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
@@ -274,6 +274,8 @@ pub struct Target {
     epoch_slot: usize,
     first_ns: Option<u64>,
     pub now_ns: u64,
+    /// The latest record's time: `now_ns` runs ahead of it only by [`Target::advance`].
+    records_ns: u64,
     next_tick_ns: Option<u64>,
     /// Threads with an episode in the current epoch.
     dirty_threads: u32,
@@ -314,6 +316,7 @@ impl Target {
             epoch_slot: 0,
             first_ns: None,
             now_ns: 0,
+            records_ns: 0,
             next_tick_ns: None,
             dirty_threads: 0,
             overflow: None,
@@ -392,9 +395,11 @@ impl Target {
     /// [`Target::ingest`] of records near the clock.
     fn ingest_near(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
-        if events.is_empty() {
+        let Some(last) = events.last() else {
             return due;
-        }
+        };
+        // Time ordered (`Engine::ingest`): the last record is the latest.
+        self.records_ns = self.records_ns.max(last.ts_ns);
         let grouped = GROUPED && self.threads.len() >= GROUP_MIN_THREADS && {
             let changes = events.windows(2).filter(|w| w[0].tid != w[1].tid).count();
             changes.saturating_mul(10) >= events.len().saturating_mul(GROUP_MIN_CHANGES)
@@ -514,6 +519,55 @@ impl Target {
         crate::prefetch::flush();
     }
 
+    /// Moves the clock of a target that sent no record to `now_ns` (its host's estimate
+    /// of the source clock), evaluating the cadence ticks it passes: the analysis runs in
+    /// event time, so without this a target whose threads all stopped or all wait in a
+    /// call would never be reported on. Only forward, at most the clock screen's
+    /// [`MAX_CLOCK_JUMP_NS`] past the latest record (further, the records that follow
+    /// would be screened out as outliers), and only once the target has a record.
+    pub fn advance(&mut self, now_ns: u64, c: &EngineCounters) -> Vec<Report> {
+        let mut due = Vec::new();
+        if self.first_ns.is_none() || now_ns <= self.now_ns {
+            return due;
+        }
+        // From the records, not the clock: repeated advances cannot walk it further.
+        let now_ns = now_ns.min(self.records_ns.saturating_add(MAX_CLOCK_JUMP_NS));
+        if now_ns <= self.now_ns {
+            return due;
+        }
+        if self.next_tick_ns.is_some_and(|t| now_ns >= t) {
+            self.ticks_before(now_ns, &mut due, c);
+        }
+        self.now_ns = now_ns;
+        due
+    }
+
+    /// Seconds from the target's latest record to `to` (0 when a record reached it),
+    /// never past the clock (an on-demand alarm ahead of the data is no silence).
+    fn silent_seconds(&self, to: u64) -> f64 {
+        to.min(self.now_ns).saturating_sub(self.records_ns) as f64 / 1e9
+    }
+
+    /// How the target's threads stopped by `to` (see [`Stops`]).
+    fn stops(&self, to: u64) -> Stops {
+        let r = self.records_ns;
+        Stops {
+            silent_since: (to.saturating_sub(r) >= self.d.gap_ns).then_some(r),
+            exits: self
+                .threads
+                .iter()
+                .filter_map(|t| Some((t, t.pairer.pending()?)))
+                .filter(|(_, p)| p.syscall.ends_thread() && p.enter_ns <= to)
+                .map(|(t, p)| Exit {
+                    pid: t.pid,
+                    tid: t.tid,
+                    group: p.syscall.ends_process(),
+                    at_ns: p.enter_ns,
+                })
+                .collect(),
+        }
+    }
+
     /// Evaluates the cadence ticks at or before `ts` (an event's time), in order.
     #[cold]
     fn ticks_before(&mut self, ts: u64, due: &mut Vec<Report>, c: &EngineCounters) {
@@ -621,7 +675,8 @@ impl Target {
     /// The slot of `tid`'s thread (created or evicting if new). `hint`: a slot found
     /// for it a few events earlier (`u32::MAX` = none), taken when it still holds `tid`
     /// (a tid has at most one record, so that is the slot the index would give).
-    fn slot_of(&mut self, tid: u32, ts: u64, hint: u32, c: &mut EngineCounters) -> usize {
+    fn slot_of(&mut self, ev: &SyscallEvent, hint: u32, c: &mut EngineCounters) -> usize {
+        let tid = ev.tid;
         if let Some((t, s)) = self.last_slot {
             if t == tid {
                 return s;
@@ -634,7 +689,7 @@ impl Target {
         }
         let slot = match self.index.get(tid) {
             Some(s) => s as usize,
-            None => self.new_thread(tid, ts, c),
+            None => self.new_thread(ev, c),
         };
         self.last_slot = Some((tid, slot));
         slot
@@ -646,9 +701,10 @@ impl Target {
     /// frame object's addresses are kept live across the whole loop).
     #[cold]
     #[inline(never)]
-    fn new_thread(&mut self, tid: u32, ts: u64, c: &mut EngineCounters) -> usize {
+    fn new_thread(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> usize {
+        let (pid, tid, ts) = (ev.pid, ev.tid, ev.ts_ns);
         let s = if self.threads.len() < self.params.max_threads {
-            self.threads.push(Thread::new(tid, ts))
+            self.threads.push(Thread::new(pid, tid, ts))
         } else {
             // Evict the least recently seen of the next `EVICT_SAMPLE` records after a
             // rotating hand (counted): an approximate LRU in O(1) per new thread. The
@@ -667,7 +723,7 @@ impl Target {
                 self.index.remove(old.tid);
             }
             if let Some(t) = self.threads.get_mut(victim) {
-                *t = Thread::new(tid, ts);
+                *t = Thread::new(pid, tid, ts);
             }
             victim
         };
@@ -694,7 +750,7 @@ impl Target {
         if ev.perf.is_some() {
             self.add_counters(ev, c);
         }
-        let slot = self.slot_of(ev.tid, ev.ts_ns, hint, c);
+        let slot = self.slot_of(ev, hint, c);
         let Some(th) = self.threads.get_mut(slot) else {
             return;
         };
@@ -1114,8 +1170,21 @@ impl Target {
         // by seconds), and measuring open calls up to it would make every thread look
         // stuck (measured: a live PostgreSQL control read external, τ = 1.0).
         let seen = to.min(self.now_ns);
+        let stops = self.stops(seen);
         let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool)> {
-            let stuck = self.lasting_inflight(t, seen);
+            // A thread still in the call it normally waits in (see `usual_wait`: for its
+            // clients, or for a pool's next task), or parked right after closing a
+            // connection (see `parked_after_close`), has run out of work, not into a
+            // fault: when its clients stopped sending, or left, every report of a healthy
+            // MariaDB read external (its sessions in poll, its InnoDB threads in futex).
+            // Unless the whole target stopped (`stop`): an idle server's periodic threads
+            // go on calling, and a frozen one's last records, as perf delivers them, leave
+            // most threads in their usual waits.
+            let stuck = self.lasting_inflight(t, seen, &stops).filter(|e| {
+                e.key == GAP_KEY
+                    || stops.silent_since.is_some()
+                    || !(usual_wait(t, e.key, &self.d) || parked_after_close(t))
+            });
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
             for e in t
                 .episodes
@@ -1216,7 +1285,7 @@ impl Target {
             Onset::At(_) if corroborated.is_none() && self.params.stall_min_calls > 0 => self
                 .threads
                 .iter()
-                .filter_map(|t| self.lasting_stop(t, lo, to, seen))
+                .filter_map(|t| self.lasting_stop(t, (lo, to, seen), &stops))
                 .min()
                 .filter(|&at| begun_by_alarm(at)),
             _ => None,
@@ -1429,7 +1498,11 @@ impl Target {
             OnsetDistribution::default()
         };
         let (syscalls, events) = self.activity_summary(from, to);
-        let hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
+        let mut hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
+        let silent = self.silent_seconds(to);
+        if silent * 1e9 >= self.d.cadence_ns as f64 {
+            hint = crate::advice::silent(diff.verdict, subsystem, &hint);
+        }
         let mut report = Report {
             schema_version: REPORT_SCHEMA_VERSION,
             target: self.name.clone(),
@@ -1484,6 +1557,7 @@ impl Target {
             cpu_burners: burners,
             cpu_taken,
             vital_signs: self.vital_signs(to, events),
+            silent_seconds: self.silent_seconds(to),
         };
         report.tidy();
         report
@@ -1493,8 +1567,8 @@ impl Target {
     /// past its outlier threshold (or at once when `min_persistence` is 0): a backend
     /// blocked on a lock stays blocked, while threads whose clients paused for a second
     /// resume (measured on a fault-free PostgreSQL run).
-    fn lasting_inflight(&self, t: &Thread, to: u64) -> Option<Episode> {
-        let e = self.inflight_episode(t, to)?;
+    fn lasting_inflight(&self, t: &Thread, to: u64, stops: &Stops) -> Option<Episode> {
+        let e = self.inflight_episode(t, to, stops)?;
         let lasted = e.alarm_ns.saturating_add(self.d.persistence_ns) <= to;
         (lasted || self.params.min_persistence <= 0.0).then_some(e)
     }
@@ -1505,11 +1579,25 @@ impl Target {
     /// elapsed time crossed max(8×, Θ·σ·√k above) the baseline geometric mean, and at
     /// least the execution-unit gap threshold after its entry. A thread in no call that
     /// has been silent since its last one is asked whether it spins ([`spin_episode`]).
-    fn inflight_episode(&self, t: &Thread, to: u64) -> Option<Episode> {
+    /// `stops`: how the target's threads stopped ([`Self::stops`]).
+    fn inflight_episode(&self, t: &Thread, to: u64, stops: &Stops) -> Option<Episode> {
         let d = &self.d;
         let Some(p) = t.pairer.pending() else {
-            return spin_episode(t, to, d, &self.params);
+            if stops.killed(t) {
+                return None;
+            }
+            // A thread whose last call returned within a unit gap of the target's last
+            // record stopped with it, however little it was doing before.
+            let with_target = stops
+                .silent_since
+                .is_some_and(|r| t.last_exit_ns.saturating_add(d.gap_ns) >= r);
+            return spin_episode(t, to, d, &self.params, with_target);
         };
+        if p.syscall.ends_thread() {
+            // Gone, not stuck: a process that exits leaves its threads in these calls
+            // (a stopped service would otherwise read as every thread stuck at once).
+            return None;
+        }
         let baseline = t
             .find_chan(p.syscall.0)
             .and_then(|ci| t.cold.get(ci))
@@ -1547,9 +1635,14 @@ impl Target {
 
     /// When a busy thread stopped for good in `[lo, to]`: still stuck in its call (see
     /// [`Self::lasting_inflight`]), or blocked or stalled and it stayed stopped.
-    fn lasting_stop(&self, t: &Thread, lo: u64, to: u64, seen: u64) -> Option<u64> {
+    fn lasting_stop(
+        &self,
+        t: &Thread,
+        (lo, to, seen): (u64, u64, u64),
+        stops: &Stops,
+    ) -> Option<u64> {
         let stuck = self
-            .lasting_inflight(t, seen)
+            .lasting_inflight(t, seen, stops)
             .filter(|e| e.busy && e.alarm_ns >= lo && !usual_wait(t, e.key, &self.d))
             .map(|e| e.alarm_ns);
         let stopped = t
@@ -2065,12 +2158,25 @@ fn stopped_outside_calls(
 /// single-value limit, or from the unit gap when the thread has no gap baseline (a
 /// pooled connection thread woken for the query has none). A spin stopped a thread
 /// that was working, so it counts as busy for the on-demand lone-stop rule.
-fn spin_episode(th: &Thread, to: u64, d: &Derived, p: &Params) -> Option<Episode> {
+/// `with_target`: the whole target fell silent when this thread did (a frozen cgroup
+/// wakes blocked calls, which return, and stops every thread between calls, right
+/// after a scheduler record of it leaving its CPU): then the thread need not have been
+/// busy — PostgreSQL backends at 9 transactions a second were not, and a healthy
+/// thread is not outside a call for seconds either way.
+fn spin_episode(
+    th: &Thread,
+    to: u64,
+    d: &Derived,
+    p: &Params,
+    with_target: bool,
+) -> Option<Episode> {
     let last = th.last_exit_ns;
+    // Scheduler records after the last call (it ran on, or left its CPU) are no call:
+    // once the target is silent they are as old as its last record.
     if last == 0
+        || p.stall_min_calls == 0
         || th.pairer.pending().is_some()
-        || th.last_seen_ns > last
-        || !burst_before(th, last, d, p.stall_min_calls)
+        || !(with_target || th.last_seen_ns <= last && burst_before(th, last, d, p.stall_min_calls))
     {
         return None;
     }
@@ -2185,6 +2291,43 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
     Some(stopped_in_call(th, stop, d, p))
 }
 
+/// How a target's threads stopped, for the episodes of threads in no call
+/// ([`Target::stops`]).
+struct Stops {
+    /// The target's last record, when the whole target has been silent for a unit gap
+    /// or more (its clock moved on by its host, see [`Target::advance`]): every thread
+    /// stopped at once.
+    silent_since: Option<u64>,
+    /// The threads that entered `exit` or `exit_group`.
+    exits: Vec<Exit>,
+}
+
+/// A thread that entered `exit` (itself ends) or `exit_group` (its process ends: the
+/// kernel kills the other threads, which make no exit call of their own).
+struct Exit {
+    pid: u32,
+    tid: u32,
+    group: bool,
+    at_ns: u64,
+}
+
+/// How long after an `exit_group` the other threads' last records may come (their
+/// interrupted calls return on the way to being killed).
+const EXIT_KILLS_WITHIN_NS: u64 = 50_000_000;
+
+impl Stops {
+    /// Whether thread `th`, in no call, ended with its process: a thread of it entered
+    /// `exit_group`, and `th` made no record after (a frozen thread it is not).
+    fn killed(&self, th: &Thread) -> bool {
+        self.exits.iter().any(|e| {
+            e.group
+                && e.pid == th.pid
+                && e.tid != th.tid
+                && th.last_seen_ns <= e.at_ns.saturating_add(EXIT_KILLS_WITHIN_NS)
+        })
+    }
+}
+
 /// How long a call without a baseline must last to block a thread whose longest call so
 /// far took `longest_ns`: twice that, and at least the unit gap. Pool workers park for
 /// long in calls they make too rarely for a baseline, again and again (measured: Apache
@@ -2211,6 +2354,27 @@ fn usual_wait(th: &Thread, key: u16, d: &Derived) -> bool {
         (Some(dur), Some(ia)) => -ia.mean > 0.0 && dur.mean >= 0.5 * -ia.mean,
         _ => false,
     }
+}
+
+/// How soon after closing a file or socket a thread's next call must begin for the thread
+/// to count as parked by it (MariaDB's sessions: 70 µs from `close` to the futex).
+const PARK_AFTER_CLOSE_NS: u64 = 10_000_000;
+
+/// Whether `th` is in a call it entered right after a `close` or `shutdown`: a
+/// connection thread whose client left, parked until the next one (measured: MariaDB's
+/// sessions, after the client ended, read end-of-file, closed the socket and waited in
+/// futex in the thread cache; a session blocked on a lock entered its futex after
+/// reading the query). Read from the close channel's latest entry, so nothing per call.
+fn parked_after_close(th: &Thread) -> bool {
+    let Some(p) = th.pairer.pending() else {
+        return false;
+    };
+    th.chans.iter().any(|c| {
+        SyscallId(c.key).closes()
+            && c.last_enter_ns != 0
+            && c.last_enter_ns <= p.enter_ns
+            && p.enter_ns - c.last_enter_ns <= PARK_AFTER_CLOSE_NS
+    })
 }
 
 /// A call a thread stopped in, for [`stopped_in_call`].
@@ -2461,7 +2625,7 @@ mod tests {
         let bin = d.bin_ns;
         // α (2 s) is six bins of 90 s / 256; the unit gap (1 s) three.
         assert_eq!(d.gap_ns.max(d.alpha_ns).div_ceil(bin), 6);
-        let mut t = Thread::new(1, 0);
+        let mut t = Thread::new(1, 1, 0);
         // Busy in bins 1000–1009, parked in one call over 1010–1059, then busy again from
         // 1060; a pause of four bins (over the gap, under α) at 1070–1073; busy from 1074.
         for b in (1000..1010).chain(1060..1070).chain(1074..1080) {

@@ -691,12 +691,16 @@ pub struct Thread {
     /// No channel can be recycled before this time (see [`Thread::recycle_chan`]): a
     /// thread with more busy syscalls than channels does not rescan on every call.
     pub recycle_after_ns: u64,
+    /// Process (thread group) of the thread, as its first record said: a process that
+    /// exits takes all its threads with it (see `target::Stops`).
+    pub pid: u32,
 }
 
 impl Thread {
-    pub fn new(tid: u32, now_ns: u64) -> Self {
+    pub fn new(pid: u32, tid: u32, now_ns: u64) -> Self {
         Self {
             tid,
+            pid,
             last_seen_ns: now_ns,
             ..Self::default()
         }
@@ -1101,7 +1105,7 @@ mod tests {
         fn deferred_latest_marks_read_as_marks_made_at_once(
             ops in proptest::collection::vec((0u8..3, 0u64..600), 0..400),
         ) {
-            let mut t = Thread::new(1, 0);
+            let mut t = Thread::new(1, 1, 0);
             let (mut tested, mut tested_io) = (BinSet::default(), BinSet::default());
             for (op, bin) in ops {
                 match op {
@@ -1137,7 +1141,7 @@ mod tests {
 
     #[test]
     fn find_chan_sees_only_live_channels_first_match_first() {
-        let mut t = Thread::new(1, 0);
+        let mut t = Thread::new(1, 1, 0);
         // Unused inline key slots hold 0, which is also a real syscall key.
         assert_eq!(t.find_chan(0), None);
         for key in [7u16, 0, GAP_KEY] {
@@ -1159,7 +1163,7 @@ mod tests {
     #[test]
     fn idle_channels_go_to_new_syscalls_longest_idle_first() {
         const S: u64 = 1_000_000_000;
-        let mut t = Thread::new(1, 0);
+        let mut t = Thread::new(1, 1, 0);
         // A full thread: the gap channel and syscalls 1..=3, last used at 1, 2, 3 s.
         for (key, at) in [(GAP_KEY, 0), (1, S), (2, 2 * S), (3, 3 * S)] {
             let i = t.chan_index(key, 5, 4).expect("room");
@@ -1198,7 +1202,7 @@ mod tests {
     #[test]
     fn rings_live_in_the_record_up_to_inline_ring_and_in_the_slab_beyond() {
         for k in [3, INLINE_RING, INLINE_RING + 2] {
-            let mut t = Thread::new(1, 0);
+            let mut t = Thread::new(1, 1, 0);
             let (a, b) = (
                 t.chan_index(4, k, 64).unwrap(),
                 t.chan_index(5, k, 64).unwrap(),
@@ -1225,7 +1229,7 @@ mod tests {
 
     #[test]
     fn cold_records_appear_on_first_write_then_follow_the_channels() {
-        let mut t = Thread::new(1, 0);
+        let mut t = Thread::new(1, 1, 0);
         for key in [3u16, 4, 5] {
             t.chan_index(key, 5, 64);
         }

@@ -90,10 +90,10 @@ mod tests {
     fn slots_are_stable_and_records_do_not_move() {
         let mut s = ThreadStore::new();
         assert!(s.is_empty());
-        let first = s.push(Thread::new(100, 0));
+        let first = s.push(Thread::new(1, 100, 0));
         let at = s.get(first).map(|t| t as *const Thread);
         for tid in 101..(101 + 5 * CHUNK as u32) {
-            let slot = s.push(Thread::new(tid, 0));
+            let slot = s.push(Thread::new(1, tid, 0));
             assert_eq!(s.get(slot).map(|t| t.tid), Some(tid));
         }
         assert_eq!(s.len(), 1 + 5 * CHUNK);
@@ -101,7 +101,7 @@ mod tests {
         let late = CHUNK + 3;
         let p = s.get(late).map(|t| t as *const Thread);
         for tid in 0..(3 * CHUNK as u32) {
-            s.push(Thread::new(10_000 + tid, 0));
+            s.push(Thread::new(1, 10_000 + tid, 0));
         }
         assert_eq!(s.get(late).map(|t| t as *const Thread), p);
         assert!(at.is_some());
@@ -122,7 +122,7 @@ mod tests {
     fn small_stores_stay_small() {
         let mut s = ThreadStore::new();
         for tid in 0..20 {
-            s.push(Thread::new(tid, 0));
+            s.push(Thread::new(1, tid, 0));
         }
         // 20 records in a first chunk grown 8 → 16 → 32, not a whole chunk.
         assert!(s.spare_bytes() < 16 * std::mem::size_of::<Thread>());

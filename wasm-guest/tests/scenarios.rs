@@ -463,8 +463,9 @@ fn lock_stream() -> Vec<SyscallEvent> {
 }
 
 /// Seven threads of process `pid` alternate `futex` (≈ 40 µs; ≈ 500 ms for thread
-/// `slow_waiter`, a condition-variable wait) and `read` (≈ 60 µs) ≈ 300 times a second
-/// until 70 s; at 40 s threads `0..blocked` enter a `futex` that never returns.
+/// `slow_waiter`, a condition-variable wait) and `read` (≈ 60 µs; ≈ 700 ms for the slow
+/// waiter) ≈ 300 times a second until 70 s; at 40 s threads `0..blocked` enter a `futex`
+/// that never returns.
 fn blocking_stream(
     pid: u32,
     blocked: usize,
@@ -508,6 +509,9 @@ fn paced_blocking_stream(
         let (sc, dur) = match turn[i] % 2 {
             0 if slow_waiter == Some(i) => (futex, (400_000_000.0 + 200_000_000.0 * next()) as u64),
             0 => (futex, (20_000.0 + 40_000.0 * next()) as u64),
+            // The slow waiter's reads are slower still: futex is not where it normally
+            // waits (a thread stuck in its usual wait has run out of work, not blocked).
+            _ if slow_waiter == Some(i) => (read, (600_000_000.0 + 200_000_000.0 * next()) as u64),
             _ => (read, (30_000.0 + 60_000.0 * next()) as u64),
         };
         turn[i] += 1;
@@ -780,8 +784,8 @@ fn busy_threads_stalled_outside_their_calls_at_once_are_an_external_fault() {
     );
 }
 
-/// Thread 1's futex waits are long (≈ 500 ms), the others' short; at 40 s threads 0
-/// and 1 block in a `futex` that never returns; the others carry on.
+/// Thread 1's futex waits are long (≈ 500 ms; its reads ≈ 700 ms), the others' short; at
+/// 40 s threads 0 and 1 block in a `futex` that never returns; the others carry on.
 fn staggered_lock_stream() -> Vec<SyscallEvent> {
     blocking_stream(400, 2, Some(1), 0xbb67_ae85_84ca_a73b)
 }

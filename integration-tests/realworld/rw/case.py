@@ -38,9 +38,11 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     load = None
     rec = None
     live_result = None
+    fault_on = False
     try:
         fault.arm(env, app)
         load = app.start_load(env, log)
+        fault.attach_load(load)
         time.sleep(timing.warmup)
         pids = env.cgroup.pids()
         perf_data = os.path.join(out_dir, "perf.data")
@@ -52,13 +54,22 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         time.sleep(timing.normal)
         fault_start = mono_ns()
         print(f"   fault {fault_name} at {fault_start}", flush=True)
+        fault_on = True
         fault.start(env, app)
         if live is not None:
             live.mark_fault(fault_start)
         time.sleep(timing.fault)
         fault_end = mono_ns()
         fault.stop(env, app)
+        fault_on = False
     finally:
+        if fault_on:
+            # The case failed mid-fault: stop it first, else a frozen or capped server hangs
+            # its own shutdown below and the next case.
+            try:
+                fault.stop(env, app)
+            except Exception as e:  # noqa: BLE001 - the original error is the one to raise
+                print(f"   stopping {fault_name} after a failure: {e}", flush=True)
         if load is not None:
             load.stop()
         if rec is not None:
@@ -77,6 +88,11 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     lost = perfrec.lost_events(perf_data)
     os.unlink(perf_data)
     an = anomaly(records, (trace_start, fault_start), (fault_start, fault_end), now)
+    if fault.stops_load:
+        # An idle case: no request in the fault phase by design (throughput -100 %), which is
+        # not the service being hurt; it is judged like a control (fault-free).
+        an["hurt"] = False
+        an["load_stopped"] = True
     truth = {
         "case_id": case_id,
         "app": app.name,
@@ -85,8 +101,9 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         "description": fault.description,
         "class": fault.klass,
         "subsystem": fault.subsystem,
-        "fault_start_ns": fault_start if fault.klass != "none" else None,
-        "fault_end_ns": fault_end if fault.klass != "none" else None,
+        # An idle case's "fault" phase is the time without traffic: its start is when the load stopped.
+        "fault_start_ns": fault_start if fault.klass != "none" or fault.stops_load else None,
+        "fault_end_ns": fault_end if fault.klass != "none" or fault.stops_load else None,
         "nominal_split_ns": fault_start,
         "trace_start_ns": trace_start,
         "trace_end_ns": fault_end,
@@ -98,7 +115,9 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         "perf_lost": {"messages": perf_msgs, "lost_records": lost},
         "trace_file": "trace.txt.zst",
         "trace_bytes": os.path.getsize(trace),
-        "below_validity_rule": fault.klass != "none" and not an["hurt"],
+        # A freeze that did not take hold (every thread stopped) injected something else.
+        "below_validity_rule": (fault.klass != "none" and not an["hurt"])
+        or fault.details.get("all_stopped") is False,
     }
     if live_result is not None:
         truth["live"] = live_result

@@ -8,6 +8,8 @@ Modes, as in the paper's evaluation:
 - alarm-only: the same alarm, with only the data up to it (the trace cut at the alarm time, as the
   paper's PerfCompass sees it: the 1.5 minutes before the alarm);
 - calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case;
+- every mode is told when the recording ended (`--recorded-until`: the trace's end, or the
+  alarm for alarm-only), so a server that fell silent before it (a freeze) is still diagnosed;
 - early_alarm: an alarm 15 s *before* the fault start (or the control's split), on the whole
   recording: the service was healthy then, so every case must answer `none` (data after an
   alarm must not answer it with a fault that began later).
@@ -37,6 +39,11 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     cmd += list(extra)
     if mode != "continuous":
         cmd += ["--trigger-at", str(alarm_ns)]
+    # The recording ran on past its last record when the server fell silent (a freeze):
+    # the clock moves on to the recording's end, as the live plugin's does.
+    until = alarm_ns if cut else truth.get("trace_end_ns")
+    if until:
+        cmd += ["--recorded-until", str(until)]
     t0 = time.time()
     if cut:
         out = _analyze_cut(cmd, trace, alarm_ns)

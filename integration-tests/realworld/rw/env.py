@@ -6,7 +6,8 @@ interface or address of the machine is touched. Why a cgroup: CPU and memory cap
 the server only, and the server's CPU is kept apart from the client's (a CPU fault must hit
 the server, not the load generator).
 
-Works with cgroup v1 (cpu, cpuset, memory controllers, as on this machine kind) and v2.
+Works with cgroup v1 (cpu, cpuset, memory controllers, as on this machine kind; freezer when
+mounted) and v2.
 """
 import os
 import shutil
@@ -21,6 +22,9 @@ SERVER_IP = "10.231.7.2"
 CGROUP_NAME = "faultline-rw-server"
 V1_ROOT = "/sys/fs/cgroup"
 V1_CONTROLLERS = ("cpu", "cpuset", "memory")
+# Joined when its hierarchy is mounted: the freeze fault falls back to SIGSTOP without it.
+V1_OPTIONAL = ("freezer",)
+FREEZE_TIMEOUT_S = 10.0
 
 
 def sh(*argv, check=True, quiet=False, **kw):
@@ -46,6 +50,8 @@ class Cgroup:
         self.v2 = not os.path.isdir(os.path.join(V1_ROOT, "cpu")) and os.path.exists(
             os.path.join(V1_ROOT, "cgroup.controllers")
         )
+        self.controllers = V1_CONTROLLERS + tuple(
+            c for c in V1_OPTIONAL if os.path.exists(os.path.join(V1_ROOT, c, "cgroup.procs")))
 
     def _dir(self, controller):
         if self.v2:
@@ -67,7 +73,7 @@ class Cgroup:
             os.makedirs(self._dir(None), exist_ok=True)
             self._write(None, "cpuset.cpus", cpus)
         else:
-            for c in V1_CONTROLLERS:
+            for c in self.controllers:
                 os.makedirs(self._dir(c), exist_ok=True)
             self._write("cpuset", "cpuset.mems", self._read_root_mems())
             self._write("cpuset", "cpuset.cpus", cpus)
@@ -81,7 +87,7 @@ class Cgroup:
         """Files a process writes its pid into to join every controller."""
         if self.v2:
             return [os.path.join(self._dir(None), "cgroup.procs")]
-        return [os.path.join(self._dir(c), "cgroup.procs") for c in V1_CONTROLLERS]
+        return [os.path.join(self._dir(c), "cgroup.procs") for c in self.controllers]
 
     def pids(self):
         """Every process currently in the server cgroup."""
@@ -132,17 +138,70 @@ class Cgroup:
             pass
         return 0
 
+    def freezer(self):
+        """How this cgroup can be frozen: "cgroup v2 cgroup.freeze", "cgroup v1 freezer.state",
+        or None (no freezer: the freeze fault then stops the processes with SIGSTOP)."""
+        if self.v2:
+            return "cgroup v2 cgroup.freeze" if os.path.exists(os.path.join(self._dir(None), "cgroup.freeze")) else None
+        if "freezer" in self.controllers and os.path.exists(os.path.join(self._dir("freezer"), "freezer.state")):
+            return "cgroup v1 freezer.state"
+        return None
+
+    def frozen(self):
+        """True when every task is frozen (v1 reads FREEZING while some task has not stopped yet)."""
+        if self.v2:
+            return "frozen 1" in self._read(None, "cgroup.events").splitlines()
+        return self._read("freezer", "freezer.state") == "FROZEN"
+
+    def freeze(self, timeout=FREEZE_TIMEOUT_S):
+        """Freezes every task of the cgroup at once; True once the kernel reports them all frozen.
+        A v1 freeze stays FREEZING while a task cannot stop (e.g. in an uninterruptible wait)
+        and is retried by writing FROZEN again (cgroup-v1/freezer-subsystem.rst)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            if self.v2:
+                self._write(None, "cgroup.freeze", 1)
+            else:
+                self._write("freezer", "freezer.state", "FROZEN")
+            for _ in range(20):
+                if self.frozen():
+                    return True
+                time.sleep(0.01)
+            if time.monotonic() > deadline:
+                return False
+
+    def thaw(self):
+        """Thaws the cgroup (a no-op when it is not frozen or has no freezer): a frozen server
+        ignores its shutdown, and on v1 even SIGKILL until thawed."""
+        mode = self.freezer()
+        if mode is None:
+            return
+        if self.v2:
+            self._write(None, "cgroup.freeze", 0)
+        else:
+            self._write("freezer", "freezer.state", "THAWED")
+        for _ in range(500):
+            if not self.frozen() and (self.v2 or self._read("freezer", "freezer.state") == "THAWED"):
+                return
+            time.sleep(0.01)
+        raise RuntimeError(f"{self.name} still frozen after thawing ({mode})")
+
     def reset_limits(self):
         self.set_cpu_quota(None)
         self.set_memory_limit(None)
+        self.thaw()  # a run killed during a freeze fault leaves the cgroup frozen
 
     def destroy(self):
+        try:
+            self.thaw()
+        except (OSError, RuntimeError) as e:
+            print(f"  (ignored) thawing {self.name}: {e}")
         for pid in self.pids():
             try:
                 os.kill(pid, 9)
             except ProcessLookupError:
                 pass
-        dirs = [self._dir(None)] if self.v2 else [self._dir(c) for c in V1_CONTROLLERS]
+        dirs = [self._dir(None)] if self.v2 else [self._dir(c) for c in self.controllers]
         for d in dirs:
             for _ in range(50):
                 try:

@@ -1,11 +1,12 @@
 """Environmental (external) faults, the same for every application: they change the server's
 surroundings, never its code. Application-specific (internal) faults live in each app."""
 import os
+import signal
 import subprocess
 import threading
 import time
 
-from .env import Autogroup
+from .env import Autogroup, mono_ns
 
 
 class Fault:
@@ -14,9 +15,17 @@ class Fault:
     klass = "external"
     subsystem = ""
     description = ""
+    #: the case ends or pauses the load at the fault start (the idle cases): the client sees
+    #: no request in the fault phase by design, so its "hurt" is not computed
+    stops_load = False
 
     def __init__(self):
         self.details = {}
+        self.load = None
+
+    def attach_load(self, load):
+        """The case's running LoadHandle, given right after the load starts."""
+        self.load = load
 
     def arm(self, env, app):
         """Before the load and the trace start (e.g. connect a session)."""
@@ -177,6 +186,82 @@ class NetLoss(Fault):
         env.netns.set_loss(None)
 
 
+class Freeze(Fault):
+    """The server's whole cgroup frozen for the fault phase and thawed at stop: what `docker
+    pause`, a cgroup freezer or a VM pause does. Every thread stops at once and makes no system
+    call at all while frozen, so a syscall tracer sees silence, not slow calls: the freezer
+    wakes blocked calls like a signal, they return at once (-EINTR, -ERESTART*) and restart
+    at the thaw (measured: 9 such exits from MariaDB, 17 from PostgreSQL, then no event).
+
+    Without a freezer, SIGSTOP/SIGCONT to every process of the cgroup stands in: the same
+    stop, but not atomic across processes."""
+
+    # Every thread stopped at once: the engine's CPU/scheduling hint, as for a CPU cap.
+    subsystem = "cpu"
+
+    def __init__(self, use_freezer=True):
+        """`use_freezer=False` forces the SIGSTOP fallback (to compare the two)."""
+        super().__init__()
+        self.use_freezer = use_freezer
+        self.stopped_pids = []
+
+    def start(self, env, app):
+        method = env.cgroup.freezer() if self.use_freezer else None
+        pids = env.cgroup.pids()
+        self.details = {"method": method or "SIGSTOP/SIGCONT", "pids": pids}
+        if method:
+            self.description = f"the server's whole cgroup frozen for the fault phase ({method}), thawed at its end"
+            ok = env.cgroup.freeze()
+        else:
+            self.description = ("every server process stopped with SIGSTOP for the fault phase (no cgroup freezer), "
+                                "SIGCONT at its end")
+            self.stopped_pids = pids
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGSTOP)
+                except ProcessLookupError:
+                    pass
+            ok = self._wait_stopped(pids)
+        self.details["frozen_ns"] = mono_ns()
+        self.details["all_stopped"] = ok
+
+    @staticmethod
+    def _wait_stopped(pids, timeout=10.0):
+        """True once every thread of `pids` is in the stopped state (T)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            states = []
+            for pid in pids:
+                task_dir = f"/proc/{pid}/task"
+                try:
+                    tids = os.listdir(task_dir)
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        with open(f"{task_dir}/{tid}/stat") as f:
+                            states.append(f.read().rsplit(")", 1)[1].split()[0])
+                    except (OSError, IndexError):
+                        pass
+            # No state read at all (every process gone) is no freeze either.
+            if states and all(s in ("T", "t") for s in states):
+                return True
+            time.sleep(0.01)
+        return False
+
+    def stop(self, env, app):
+        """Thaws whatever start froze; safe to call again, or after a start that failed midway."""
+        if "thawed_ns" in self.details:
+            return
+        env.cgroup.thaw()
+        for pid in self.stopped_pids:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        self.details["thawed_ns"] = mono_ns()
+
+
 class NoFault(Fault):
     """A control run: same phases, nothing injected."""
 
@@ -188,10 +273,55 @@ class NoFault(Fault):
         pass
 
 
+class Idle(NoFault):
+    """Traffic stops (at night, a drained node): the load client is ended at the fault phase's
+    start, its connections close, and the server is left alone for the fault phase. Nothing is
+    wrong with the server: its threads wait in epoll_wait/poll/futex/recv for clients that do
+    not come, maybe with every thread silent for the whole phase. Judged like a control: any
+    verdict but `none` after the load stopped is a false alarm (of silence detection above all)."""
+
+    stops_load = True
+    description = "fault-free: the load client ended at the fault phase's start (connections closed), the server left idle"
+
+    def start(self, env, app):
+        self.details = {"load": "ended (SIGTERM) at the fault start: connections closed"}
+        self.load.halt()
+        self.details["load_stopped_ns"] = mono_ns()
+
+
+class IdleConnected(NoFault):
+    """Like `Idle`, but the clients keep their connections open and send nothing: every client
+    process is stopped with SIGSTOP at the fault start, and killed at its end (SIGKILL: a
+    continued open-loop client would send its backlog in a burst). The server's connection
+    threads wait in recv/poll on live sockets. The server may still close them itself: Apache
+    after its KeepAliveTimeout (5 s), MariaDB and PostgreSQL not within a case."""
+
+    stops_load = True
+    description = ("fault-free: the load clients stopped with SIGSTOP at the fault phase's start (connections open, "
+                   "nothing sent), the server left idle")
+
+    def start(self, env, app):
+        self.details = {"load": "clients stopped (SIGSTOP) at the fault start, connections open; SIGKILL at the end"}
+        self.load.pause()
+        self.details["load_paused_ns"] = mono_ns()
+
+    def stop(self, env, app):
+        if self.load is not None and not self.load.halted:
+            self.load.halt()
+            self.details["load_killed_ns"] = mono_ns()
+
+
+#: fault-free cases where the traffic stops at the fault start (judged as controls)
+IDLE = {
+    "idle": Idle,
+    "idle_connected": IdleConnected,
+}
+
 EXTERNAL = {
     "cpu_cap": CpuCap,
     "cpu_hog": CpuHog,
     "disk": DiskHog,
+    "freeze": Freeze,
     "mem_cap": MemCap,
     "net_loss": NetLoss,
 }

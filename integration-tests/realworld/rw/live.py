@@ -81,6 +81,7 @@ class LivePlugin:
             "continuous_delay_s": round((first["window_end_ns"] - fault_start_ns) / 1e9, 1) if first else None,
             "continuous_impact_factor": first["impact_factor"] if first else None,
             "on_demand": slim(self.trigger_answer),
+            "silent": silent(cadence, fault_start_ns),
         }
 
     def stop(self):
@@ -103,6 +104,20 @@ def slim(report):
     return {k: report.get(k) for k in ("verdict", "impact_factor", "onset_dispersion_seconds", "subsystem")} | {
         "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]],
         "cpu_burners": [b["tid"] for b in report.get("cpu_burners", [])],
+    }
+
+
+def silent(cadence, fault_start_ns):
+    """The cadence reports of the fault phase that the plugin made while the server sent no
+    record (its clock moved on: `silent_seconds` of a cadence or more), e.g. during a freeze:
+    without that the plugin has nothing to say until the server makes calls again."""
+    quiet = [r for r in cadence if r["window_end_ns"] >= fault_start_ns and r.get("silent_seconds", 0) >= 10]
+    first = quiet[0] if quiet else None
+    return {
+        "reports": len(quiet),
+        "max_silent_s": round(max((r["silent_seconds"] for r in quiet), default=0.0), 1),
+        "first_verdict": first["verdict"] if first else None,
+        "verdicts": sorted({r["verdict"] for r in quiet}),
     }
 
 

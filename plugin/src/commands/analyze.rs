@@ -21,6 +21,12 @@ pub struct AnalyzeArgs {
     /// window around it, with onsets measured from it (PerfCompass's on-demand mode).
     #[arg(long)]
     pub trigger_at: Option<u64>,
+    /// The recording ran until this time (trace clock, ns), past its last record: each
+    /// target's clock moves on to it, so a target that fell silent (frozen, hung) before
+    /// the end is still diagnosed, as the live plugin does (at most an hour past a target's
+    /// last record: later records would be clock outliers). Default: the last record.
+    #[arg(long, value_name = "NS")]
+    pub recorded_until: Option<u64>,
     /// Output format; `json` prints one object per target (one line each).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -102,6 +108,14 @@ pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<Vec<TargetAnalysis>> {
     let mut engine = offline::build_engine(&args.offline, params, &telemetry)?;
     let (targets, mut reports, events) =
         offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
+    if let Some(until) = args.recorded_until {
+        for target in &targets {
+            engine
+                .advance(target, until)
+                .context("moving the clock on")?;
+        }
+        reports.extend(engine.take_reports().context("collecting reports")?);
+    }
     let mut triggered = Vec::new();
     match args.trigger_at {
         Some(at) => {

@@ -25,6 +25,10 @@ pub struct PipelineConfig {
     /// How long (wall clock) an on-demand trigger waits for its target's events to reach
     /// the alarm time, since live sources deliver seconds late; 0 answers at once.
     pub trigger_wait_seconds: f64,
+    /// With live sources only: a target that sent no record for this long (wall clock)
+    /// has its clock moved on by the time that passed, so it is still reported on
+    /// (a frozen or hung service sends nothing); 0 turns it off.
+    pub silent_after_seconds: f64,
 }
 
 impl Default for PipelineConfig {
@@ -34,6 +38,7 @@ impl Default for PipelineConfig {
             idle_seconds: 5.0,
             shutdown_timeout_seconds: 10.0,
             trigger_wait_seconds: 10.0,
+            silent_after_seconds: 20.0,
         }
     }
 }

@@ -124,8 +124,22 @@ fn pipeline(cfg: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    // Records still in flight when a silent target's clock moves on arrive behind it:
+    // the silence must be well past a live source's delivery delay (about 2 s).
+    let silent = p.silent_after_seconds;
+    if !(silent == 0.0 || (silent.is_finite() && (MIN_SILENT_AFTER..=86_400.0).contains(&silent))) {
+        return Err(ConfigError::invalid(
+            "pipeline.silent_after_seconds",
+            format!(
+                "must be 0 (off) or between {MIN_SILENT_AFTER} and 86400 seconds (live sources deliver about 2 s late), got {silent}"
+            ),
+        ));
+    }
     Ok(())
 }
+
+/// The shortest `pipeline.silent_after_seconds`: a few times a live source's delay.
+const MIN_SILENT_AFTER: f64 = 5.0;
 
 fn sources(cfg: &Config) -> Result<(), ConfigError> {
     let s = &cfg.sources;

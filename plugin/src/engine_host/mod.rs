@@ -77,6 +77,9 @@ pub trait EngineHost: Send {
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError>;
     /// On-demand diagnosis: `target` became slow at `at_ns` (event clock).
     fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError>;
+    /// Moves a silent target's clock to `now_ns` (event clock); the cadence reports that
+    /// became due wait for [`EngineHost::take_reports`].
+    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError>;
     /// Continuous-mode reports that became due.
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError>;
     /// End of stream: the final reports.

@@ -56,6 +56,11 @@ impl EngineHost for NativeHost {
         Ok(self.engine.trigger(target, at_ns))
     }
 
+    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError> {
+        self.engine.advance(target, now_ns);
+        Ok(())
+    }
+
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
         Ok(self.engine.take_reports())
     }

@@ -64,6 +64,7 @@ struct Exports {
     set_target_params: TypedFunc<(u32, u32), i32>,
     ingest: TypedFunc<(u32, u32), i32>,
     trigger: TypedFunc<(u32, u32, u64), i32>,
+    advance: TypedFunc<(u32, u32, u64), i32>,
     take_reports: TypedFunc<(), i32>,
     finish: TypedFunc<(), i32>,
     calibrate: TypedFunc<(u32, u32, u32, u64), i32>,
@@ -82,6 +83,7 @@ impl Exports {
             set_target_params: inst.get_typed_func(&mut *store, "fl_set_target_params")?,
             ingest: inst.get_typed_func(&mut *store, "fl_ingest")?,
             trigger: inst.get_typed_func(&mut *store, "fl_trigger")?,
+            advance: inst.get_typed_func(&mut *store, "fl_advance")?,
             take_reports: inst.get_typed_func(&mut *store, "fl_take_reports")?,
             finish: inst.get_typed_func(&mut *store, "fl_finish")?,
             calibrate: inst.get_typed_func(&mut *store, "fl_calibrate")?,
@@ -698,6 +700,14 @@ impl EngineHost for WasmHost {
             let code = invoke!(g, trigger, (p, l, at_ns))?;
             g.check(code)?;
             g.json()
+        })
+    }
+
+    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError> {
+        self.call("advance", |g| {
+            let (p, l) = g.write_arg(target.as_bytes())?;
+            let code = invoke!(g, advance, (p, l, now_ns))?;
+            g.check(code)
         })
     }
 

@@ -14,7 +14,8 @@ use tokio::sync::mpsc;
 use super::queue::BatchReceiver;
 use super::report_sink::{ReportSink, SinkError};
 use super::router::Router;
-use super::telemetry::{DropReason, Telemetry};
+use super::silence::{self, SilenceWatch};
+use super::telemetry::{DropReason, SourceRun, Telemetry};
 use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
 use super::warn_limit::WarnLimit;
 use crate::engine_host::{EngineHost, HostError};
@@ -66,6 +67,11 @@ pub struct EngineTask {
     /// One per sink (same order): a sink that fails on every report (a full disk) would
     /// otherwise log once per report, and one sink's failures must not hide another's.
     sink_warnings: Vec<WarnLimit>,
+    /// Moves silent targets' clocks on (live sources only; see [`super::silence`]).
+    silence: Option<SilenceWatch>,
+    silence_checked: Instant,
+    /// The last batch, or idle collection: the next idle collection is `idle` after it.
+    quiet_since: Instant,
 }
 
 enum Wake {
@@ -108,7 +114,18 @@ impl EngineTask {
             triggers: TriggerWait::new(trigger_wait),
             engine_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
             sink_warnings,
+            silence: None,
+            silence_checked: Instant::now(),
+            quiet_since: Instant::now(),
         })
+    }
+
+    /// Keeps reporting on targets that fall silent (see [`super::silence`]): only for
+    /// live sources, whose records arrive seconds after they were made. A recorded
+    /// trace's pauses are the reader's, not the target's.
+    pub fn with_silence_watch(mut self, watch: SilenceWatch) -> Self {
+        self.silence = Some(watch);
+        self
     }
 
     /// A flag that is true while the engine thread runs.
@@ -129,9 +146,13 @@ impl EngineTask {
         let mut commands_open = true;
         loop {
             // Sleep no longer than the earliest parked trigger may wait.
-            let idle = self.triggers.next_deadline().map_or(self.idle, |d| {
+            let mut idle = self.triggers.next_deadline().map_or(self.idle, |d| {
                 self.idle.min(d.saturating_duration_since(Instant::now()))
             });
+            if self.silence.is_some() {
+                // Woken for the silence check too; the idle collection keeps its pace.
+                idle = idle.min(silence::CHECK_EVERY);
+            }
             let wake = handle.block_on(async {
                 tokio::select! {
                     // Data first: a trigger should see every event queued before it.
@@ -157,9 +178,12 @@ impl EngineTask {
                 Wake::Command(None) => commands_open = false,
                 Wake::Idle => {
                     self.answer_due();
-                    self.on_idle();
+                    if self.quiet_since.elapsed() >= self.idle {
+                        self.on_idle();
+                    }
                 }
             }
+            self.advance_silent();
         }
         // No more data will come: parked triggers get what there is.
         for w in self.triggers.drain() {
@@ -170,6 +194,7 @@ impl EngineTask {
     }
 
     fn ingest(&mut self, batch: EventBatch) {
+        self.quiet_since = Instant::now();
         let stats = self.telemetry.source(batch.source);
         let target = match self.router.route(&batch.process) {
             Ok(t) => t,
@@ -183,7 +208,13 @@ impl EngineTask {
         let started = Instant::now();
         let ingested = self.engine.ingest(&target, &batch.events);
         let result = match ingested {
-            Ok(()) => Some(self.engine.take_reports()),
+            Ok(()) => {
+                if let Some(w) = &mut self.silence {
+                    let pid = batch.process.pid;
+                    w.observe(&target, batch.source, pid, &batch.events, Instant::now());
+                }
+                Some(self.engine.take_reports())
+            }
             Err(e) => {
                 // The batch is lost (a trapped guest restarts without it): count it.
                 stats.add_dropped(DropReason::EngineError, batch.events.len() as u64);
@@ -259,9 +290,51 @@ impl EngineTask {
         let _ = w.reply.send(answer);
     }
 
-    /// No events for a while: the engine evaluates in event time only, so all we can do
-    /// is collect reports that became due and make the sinks' output visible.
+    /// Moves the clocks of targets silent for long enough, at most once per
+    /// [`silence::CHECK_EVERY`], and publishes the cadence reports that became due.
+    fn advance_silent(&mut self) {
+        let Some(watch) = &self.silence else {
+            return;
+        };
+        let now = Instant::now();
+        if now.saturating_duration_since(self.silence_checked) < silence::CHECK_EVERY {
+            return;
+        }
+        self.silence_checked = now;
+        let live = self.telemetry.live_sources();
+        let running = |source: &'static str| {
+            live.iter()
+                .any(|l| l.name == source && l.run() == SourceRun::Running)
+        };
+        let due = watch.due(now, running, silence::process_exists);
+        if due.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let result = due
+            .iter()
+            .try_for_each(|d| self.engine.advance(&d.target, d.now_ns))
+            .and_then(|()| self.engine.take_reports());
+        self.observe(started);
+        match result {
+            // Most checks move a clock within a cadence epoch: nothing to publish.
+            Ok(reports) if !reports.is_empty() => {
+                self.publish(&reports);
+                self.flush();
+            }
+            Ok(_) => {}
+            Err(e) => self.engine_error(&e),
+        }
+        for d in &due {
+            self.triggers.advance(&d.target, d.now_ns);
+        }
+        self.answer_due();
+    }
+
+    /// No events for a while: collect reports that became due (a trigger's, a silent
+    /// target's) and make the sinks' output visible.
     fn on_idle(&mut self) {
+        self.quiet_since = Instant::now();
         self.collect(|engine| engine.take_reports());
     }
 
@@ -390,6 +463,7 @@ mod tests {
     use crate::engine_host::NativeHost;
     use crate::model::ProcessInfo;
     use crate::pipeline::queue;
+    use crate::pipeline::silence::SilenceWatch;
     use faultline_engine::syscalls::SyscallId;
     use faultline_engine::SyscallEvent;
     use tokio::sync::oneshot;
@@ -443,6 +517,9 @@ mod tests {
         fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
             self.triggered_after.store(self.ingested, Ordering::Relaxed);
             Ok(None)
+        }
+        fn advance(&mut self, _: &str, _: u64) -> Result<(), HostError> {
+            Ok(())
         }
         fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
             Ok(Vec::new())
@@ -661,5 +738,128 @@ mod tests {
         let summary = thread.join().expect("engine thread");
         assert_eq!(summary.batches, 2);
         assert!(summary.reports >= 2, "the on-demand and the final report");
+    }
+
+    /// A sink that keeps every report.
+    struct Keeping(Arc<std::sync::Mutex<Vec<Report>>>);
+
+    impl ReportSink for Keeping {
+        fn name(&self) -> &'static str {
+            "keeping"
+        }
+        fn publish(&mut self, r: &Report) -> Result<(), SinkError> {
+            self.0.lock().expect("reports").push(r.clone());
+            Ok(())
+        }
+    }
+
+    /// Feeds 30 s of one thread of this very process (so it exists) from `source`, then
+    /// stays silent for 3 s of wall time with a 1-s cadence and a 0.3-s silence watch;
+    /// returns the cadence reports of the silence.
+    fn silent_reports(source: &'static str, live: bool) -> Vec<Report> {
+        let rt = runtime();
+        let telemetry = Arc::new(Telemetry::default());
+        if live {
+            telemetry.start_live("perf");
+        }
+        let params = Params {
+            cadence_seconds: 1.0,
+            ..Params::default()
+        };
+        let engine = Box::new(NativeHost::new(params, true).expect("engine"));
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let task = task_with(
+            engine,
+            vec![Box::new(Keeping(kept.clone()))],
+            telemetry,
+            Duration::from_secs(20),
+        )
+        .with_silence_watch(SilenceWatch::new(
+            Duration::from_millis(300),
+            vec!["perf"],
+            4,
+        ));
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(1);
+        let handle = rt.handle().clone();
+        let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+        let mut b = batch(1, 0, 30);
+        b.source = source;
+        b.process.pid = Some(std::process::id());
+        rt.block_on(tx.send(b)).expect("queue open");
+        std::thread::sleep(Duration::from_millis(3_000));
+        drop(tx);
+        drop(cmd_tx);
+        thread.join().expect("engine thread");
+        let all = kept.lock().expect("reports").clone();
+        // Past the batch's own data (its last record is at 29.99 s, so a tick from 30 s
+        // on comes from a moved clock), and without the final report (the end of
+        // stream also evaluates at the clock).
+        all.into_iter()
+            .filter(|r| r.window_end_ns >= 30 * SECOND)
+            .filter(|r| r.trigger == faultline_engine::report::Trigger::Cadence)
+            .collect()
+    }
+
+    #[test]
+    fn a_silent_target_of_a_live_capture_is_still_reported_on() {
+        let after = silent_reports("perf", true);
+        assert!(
+            after.len() >= 2,
+            "{} cadence reports while silent",
+            after.len()
+        );
+        let last = after.last().expect("reports");
+        assert!(last.window_end_ns > 30 * SECOND, "{}", last.window_end_ns);
+        assert!(last.silent_seconds >= 1.0, "{}", last.silent_seconds);
+    }
+
+    #[test]
+    fn a_silent_target_of_no_running_capture_is_left_alone() {
+        assert!(silent_reports("otlp_grpc", true).is_empty());
+        assert!(silent_reports("perf", false).is_empty());
+    }
+
+    #[test]
+    fn a_trigger_on_a_silent_target_is_answered_once_its_clock_passes_the_alarm() {
+        let rt = runtime();
+        let telemetry = Arc::new(Telemetry::default());
+        telemetry.start_live("perf");
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let task =
+            task_with(engine, Vec::new(), telemetry, Duration::from_secs(20)).with_silence_watch(
+                SilenceWatch::new(Duration::from_millis(300), vec!["perf"], 4),
+            );
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let handle = rt.handle().clone();
+        let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+        let mut b = batch(1, 0, 30);
+        b.process.pid = Some(std::process::id());
+        rt.block_on(tx.send(b)).expect("queue open");
+        // An alarm a second past the data: without a moved clock it waits the full 20 s.
+        let (reply, answer) = oneshot::channel();
+        let asked = Instant::now();
+        rt.block_on(cmd_tx.send(EngineCommand::Trigger {
+            target: "db".into(),
+            at_ns: 31 * SECOND,
+            reply,
+        }))
+        .expect("command queue open");
+        let report = rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(10), answer).await })
+            .expect("answered before the trigger wait ran out")
+            .expect("reply sent")
+            .expect("engine ok")
+            .expect("a report");
+        assert!(asked.elapsed() < Duration::from_secs(10));
+        assert!(
+            report.window_end_ns >= 31 * SECOND,
+            "{}",
+            report.window_end_ns
+        );
+        drop(tx);
+        drop(cmd_tx);
+        thread.join().expect("engine thread");
     }
 }

@@ -6,6 +6,7 @@ pub mod queue;
 pub mod report_sink;
 pub mod router;
 pub mod runner;
+pub mod silence;
 pub mod source_tasks;
 pub mod telemetry;
 #[cfg(test)]

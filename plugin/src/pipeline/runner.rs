@@ -17,6 +17,7 @@ use super::latest::{LatestReports, LatestReportsSink};
 use super::queue;
 use super::report_sink::ReportSink;
 use super::router::Router;
+use super::silence::SilenceWatch;
 use super::source_tasks::{start_otlp, start_pull_sources};
 use super::telemetry::Telemetry;
 use crate::config::{Config, ConfigError};
@@ -25,7 +26,9 @@ use crate::sinks::http::{self, HttpState};
 use crate::sinks::jsonl::JsonLinesSink;
 use crate::sinks::otlp::OtlpSink;
 use crate::sinks::prometheus::{self, PrometheusExporter};
+use crate::sources::lttng::reader as lttng_reader;
 use crate::sources::otlp;
+use crate::sources::perf::{live as perf_live, script as perf_script};
 
 /// Commands queued towards the engine from HTTP (`/trigger`); small, callers get 503 when full.
 const COMMAND_QUEUE: usize = 16;
@@ -65,6 +68,47 @@ pub struct RunSummary {
     pub engine: EngineTaskSummary,
 }
 
+/// The silent-target watch `cfg` asks for (see [`super::silence`]): off when
+/// `pipeline.silent_after_seconds` is 0 or no live capture hands over records promptly.
+fn silence_watch(cfg: &Config) -> Option<SilenceWatch> {
+    let after = cfg.pipeline.silent_after_seconds;
+    if after <= 0.0 {
+        return None;
+    }
+    let sources = watched_sources(cfg, || {
+        perf_live::delivers_promptly(&perf_live::RecordOptions::default())
+    });
+    (!sources.is_empty()).then(|| {
+        SilenceWatch::new(
+            Duration::from_secs_f64(after),
+            sources,
+            cfg.analysis.max_targets,
+        )
+    })
+}
+
+/// The source labels whose silence means the target's: the live perf capture when this
+/// perf hands over a quiet target's records within seconds (`perf_prompt`) and no replay
+/// shares its label, and an LTTng live session. A recorded trace's pauses are its
+/// reader's; an OTLP exporter that stopped looks like a target that stopped.
+fn watched_sources(cfg: &Config, perf_prompt: impl FnOnce() -> bool) -> Vec<&'static str> {
+    let s = &cfg.sources;
+    let mut out = Vec::new();
+    if s.perf.enabled && !s.replay.enabled {
+        if perf_prompt() {
+            out.push(perf_script::SOURCE);
+        } else {
+            tracing::info!(
+                "silent targets are not watched for perf: this perf hands over a quiet target's records only when its buffer half fills"
+            );
+        }
+    }
+    if s.lttng.enabled && s.lttng.relayd_url.is_some() {
+        out.push(lttng_reader::SOURCE);
+    }
+    out
+}
+
 /// Called once the HTTP endpoint is bound, with its real address (port 0 resolved).
 pub type OnListening = Box<dyn FnOnce(SocketAddr) + Send>;
 
@@ -99,6 +143,10 @@ pub async fn run(
         Duration::from_secs_f64(cfg.pipeline.trigger_wait_seconds),
     )
     .map_err(|e| RunError::Engine(e.to_string()))?;
+    let task = match silence_watch(&cfg) {
+        Some(w) => task.with_silence_watch(w),
+        None => task,
+    };
     let engine_alive = task.alive_flag();
     let handle = Handle::current();
     let engine_thread = std::thread::Builder::new()
@@ -317,6 +365,33 @@ mod tests {
         cfg.sources.otlp.enabled = false;
         cfg.sinks.prometheus.enabled = false;
         cfg
+    }
+
+    #[test]
+    fn silent_targets_are_watched_only_for_prompt_live_captures() {
+        let mut cfg = Config::default();
+        assert!(watched_sources(&cfg, || true).is_empty(), "OTLP only");
+        cfg.sources.perf.enabled = true;
+        assert_eq!(watched_sources(&cfg, || true), vec!["perf"]);
+        assert!(
+            watched_sources(&cfg, || false).is_empty(),
+            "perf without --control"
+        );
+        cfg.sources.replay.enabled = true;
+        assert!(
+            watched_sources(&cfg, || true).is_empty(),
+            "a replay shares the label"
+        );
+        cfg.sources.lttng.enabled = true;
+        cfg.sources.lttng.trace_dir = Some("/tmp/ctf".into());
+        assert!(
+            watched_sources(&cfg, || true).is_empty(),
+            "an LTTng trace directory"
+        );
+        cfg.sources.lttng.relayd_url = Some("net://localhost/host/h/s".into());
+        assert_eq!(watched_sources(&cfg, || true), vec!["lttng"]);
+        cfg.pipeline.silent_after_seconds = 0.0;
+        assert!(silence_watch(&cfg).is_none(), "turned off");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,6 +22,9 @@ impl EngineHost for FailingIngest {
     fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
         Ok(None)
     }
+    fn advance(&mut self, _: &str, _: u64) -> Result<(), HostError> {
+        Ok(())
+    }
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
         Ok(Vec::new())
     }

@@ -63,6 +63,14 @@ impl TriggerWait {
         }
     }
 
+    /// Moves `target`'s clock to `now_ns`: the engine's clock of that silent target was
+    /// moved on (see [`super::silence`]), so a trigger up to there need not wait for data.
+    pub fn advance(&mut self, target: &str, now_ns: u64) {
+        if let Some(c) = self.clocks.get_mut(target) {
+            *c = (*c).max(now_ns);
+        }
+    }
+
     /// Parks a trigger whose target has data that does not reach `at_ns` yet; hands it
     /// back when it should be answered now (no wait configured, data already past the
     /// alarm, too many parked, or no data at all for the target unless `queued`).

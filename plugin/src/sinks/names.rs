@@ -13,6 +13,8 @@ pub const IMPACT_FACTOR_FILTERED: &str = "faultline_impact_factor_filtered_ratio
 pub const ONSET_DISPERSION: &str = "faultline_onset_dispersion_seconds";
 pub const ANOMALY_ONSET: &str = "faultline_anomaly_onset_timestamp_seconds";
 pub const LAST_REPORT: &str = "faultline_last_report_timestamp_seconds";
+/// Gauge, per target: seconds from its latest record to its last report's window end.
+pub const SILENT: &str = "faultline_silent_seconds";
 pub const VERDICT: &str = "faultline_verdict";
 pub const SUBSYSTEM: &str = "faultline_subsystem";
 pub const DIAGNOSIS_INFO: &str = "faultline_diagnosis_info";

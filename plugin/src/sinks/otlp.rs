@@ -114,6 +114,8 @@ struct TargetSnapshot {
     anomaly_onset_seconds: Option<f64>,
     /// Unix time (wall clock) at which the report was published to this sink.
     last_report_unix_seconds: f64,
+    /// Seconds from the target's latest record to the report's window end.
+    silent_seconds: f64,
     verdict: Verdict,
     subsystem: Subsystem,
     /// The report's hint cut to [`names::MAX_HINT_CHARS`] (a label value).
@@ -357,6 +359,10 @@ impl OtlpSink {
                 AnyValue::from(report.onset_dispersion_seconds),
             ),
             (
+                "faultline.silent_seconds",
+                AnyValue::from(report.silent_seconds),
+            ),
+            (
                 "faultline.threads.total",
                 AnyValue::from(i(report.threads.total)),
             ),
@@ -508,6 +514,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
         last_report_unix_seconds: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0.0, |d| d.as_secs_f64()),
+        silent_seconds: report.silent_seconds,
         verdict: report.verdict,
         subsystem: report.subsystem,
         hint: names::hint_label(&report.hint),
@@ -627,6 +634,13 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         names::LAST_REPORT,
         "Unix time at which the target's last report was received from the engine",
         |s| vec![(vec![], s.last_report_unix_seconds)],
+    );
+    target_gauge(
+        meter,
+        state,
+        names::SILENT,
+        "Seconds the target had made no system call at the end of its last report's window: 0 while it works; grows while it is frozen or hung (live perf/LTTng captures only)",
+        |s| vec![(vec![], s.silent_seconds)],
     );
     target_gauge(
         meter,

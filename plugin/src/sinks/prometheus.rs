@@ -58,6 +58,8 @@ struct TargetSeries {
     syscalls: Vec<SyscallActivity>,
     anomaly_onset_seconds: Option<f64>,
     last_report_unix_seconds: f64,
+    /// Seconds from the target's latest record to the report's window end.
+    silent_seconds: f64,
     reports_by_trigger: [u64; 3],
     /// (`sign`, value) of the report's measured vital signs; empty without counters.
     vital_signs: Vec<(&'static str, f64)>,
@@ -223,6 +225,7 @@ impl PrometheusSink {
             last_report_unix_seconds: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0.0, |d| d.as_secs_f64()),
+            silent_seconds: r.silent_seconds,
             reports_by_trigger,
             vital_signs: vs.map(|v| names::vital_signs(&v.rates)).unwrap_or_default(),
             symptoms: vs.map(names::target_symptoms).unwrap_or_default(),
@@ -355,6 +358,12 @@ impl Collector for SeriesCollector {
             names::LAST_REPORT,
             "Unix time at which the target's last report was received from the engine",
             per(|s| Some(s.last_report_unix_seconds)),
+        )?;
+        gauges(
+            &mut enc,
+            names::SILENT,
+            "Seconds the target had made no system call at the end of its last report's window: 0 while it works; grows while it is frozen or hung (live perf/LTTng captures only)",
+            per(|s| Some(s.silent_seconds)),
         )?;
         gauges(
             &mut enc,

@@ -142,6 +142,23 @@ impl Guest {
         self.reply(&report)
     }
 
+    /// `fl_advance`: moves a silent target's clock; reports that became due wait for
+    /// `fl_take_reports`.
+    pub fn advance(&mut self, target: &[u8], now_ns: u64) -> i32 {
+        let target = match self.target(target) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        match self.engine() {
+            Ok(engine) => {
+                engine.advance(target, now_ns);
+                self.result.clear();
+                Status::Ok as i32
+            }
+            Err(code) => code,
+        }
+    }
+
     /// `fl_take_reports`: result is a JSON array of `Report`.
     pub fn take_reports(&mut self) -> i32 {
         let reports = match self.engine() {

@@ -26,7 +26,8 @@ mod exports;
 /// 4: record kind 5 (a report of lost records) in event batches.
 /// 5: the guest imports `faultline.fl_prefetch` (see `wasm-guest/ABI.md`).
 /// 6: record kind 6 (a thread's counters over an interval) in event batches.
-pub const ABI_VERSION: u32 = 6;
+/// 7: the guest exports `fl_advance` (a silent target's clock), which the host requires.
+pub const ABI_VERSION: u32 = 7;
 
 /// What every `fl_*` call that can fail returns.
 ///

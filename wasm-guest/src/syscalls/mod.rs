@@ -50,6 +50,10 @@ const PREFIXES: [&str; 7] = [
     "sys_",
 ];
 
+/// Ids looked up once (evaluations ask for them per thread).
+static THREAD_ENDS: std::sync::OnceLock<[SyscallId; 2]> = std::sync::OnceLock::new();
+static CLOSES: std::sync::OnceLock<[SyscallId; 2]> = std::sync::OnceLock::new();
+
 impl SyscallId {
     pub const UNKNOWN: SyscallId = SyscallId(0);
 
@@ -93,6 +97,42 @@ impl SyscallId {
             .get(usize::from(self.0))
             .copied()
             .unwrap_or(Subsystem::Other)
+    }
+
+    /// Whether a thread entering this call never returns from it (`exit`, `exit_group`):
+    /// its open call is its end, not a hang.
+    pub fn ends_thread(self) -> bool {
+        let [exit, group] = *THREAD_ENDS.get_or_init(|| {
+            [
+                SyscallId::from_name("exit"),
+                SyscallId::from_name("exit_group"),
+            ]
+        });
+        self == exit || self == group
+    }
+
+    /// `exit_group`: its caller's whole process ends.
+    pub fn ends_process(self) -> bool {
+        THREAD_ENDS
+            .get_or_init(|| {
+                [
+                    SyscallId::from_name("exit"),
+                    SyscallId::from_name("exit_group"),
+                ]
+            })
+            .get(1)
+            == Some(&self)
+    }
+
+    /// Whether this call closes a file or socket (`close`, `shutdown`).
+    pub fn closes(self) -> bool {
+        let [close, shutdown] = *CLOSES.get_or_init(|| {
+            [
+                SyscallId::from_name("close"),
+                SyscallId::from_name("shutdown"),
+            ]
+        });
+        self == close || self == shutdown
     }
 
     /// Number of ids; every id is below it.

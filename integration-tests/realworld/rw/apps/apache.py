@@ -90,7 +90,12 @@ class HttpLoad(LoadHandle):
         self.proc = subprocess.Popen(env.client_argv(argv), stdout=subprocess.DEVNULL,
                                      stderr=open(self.path + ".stderr", "w"))
 
+    def processes(self):
+        return [self.proc]
+
     def stop(self):
+        if self.paused and not self.halted:
+            self.halt()
         stop_client(self.proc)
         for start_ns, end_ns, ok, klass in read_requests(self.path):
             if end_ns is None:

@@ -5,6 +5,8 @@ its load generator (which writes every request into a LatencyLog), and its inter
 (software bugs standing in for real ones, hitting a subset of its threads).
 """
 import os
+import signal
+import subprocess
 
 from ..faults import Fault
 
@@ -16,7 +18,43 @@ class InternalFault(Fault):
 
 
 class LoadHandle:
-    """A running load generator; `stop()` ends it and waits for it."""
+    """A running load generator; `stop()` ends it and waits for it (at the case's end) and puts
+    its requests into the LatencyLog.
+
+    The idle cases (`rw/faults.py`) end or pause the clients at the fault phase's start:
+    `halt()` ends them now (their connections close), `pause()` stops them with SIGSTOP (their
+    connections stay open, nothing is sent). `stop()` after either still collects the requests
+    logged so far; `halt()` after `pause()` kills the paused clients (no catch-up burst)."""
+
+    halted = False
+    paused = False
+
+    def processes(self):
+        """The client processes (subprocess.Popen)."""
+        return []
+
+    def halt(self):
+        """Ends the clients now: SIGTERM (SIGKILL when paused, or after 10 s) and waits."""
+        for p in self.processes():
+            if p.poll() is None:
+                if self.paused:
+                    p.kill()
+                else:
+                    p.terminate()
+        for p in self.processes():
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.halted = True
+
+    def pause(self):
+        """SIGSTOP to every client process: connections open, no request sent."""
+        for p in self.processes():
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGSTOP)
+        self.paused = True
 
     def stop(self):
         raise NotImplementedError

@@ -52,14 +52,19 @@ class Sysbench(LoadHandle):
         self.proc = subprocess.Popen(env.client_argv(argv), stdout=open(os.path.join(self.lat_dir, "sysbench.out"), "w"),
                                      stderr=subprocess.STDOUT)
 
+    def processes(self):
+        return [self.proc]
+
     def stop(self):
         """Waits for sysbench's own --time end (it covers the case), then reads its logs."""
+        if self.paused and not self.halted:
+            self.halt()
         try:
             self.proc.wait(timeout=90)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        if self.proc.returncode != 0:
+        if self.proc.returncode != 0 and not self.halted:
             print(f"   sysbench exited with {self.proc.returncode}: see {self.lat_dir}/sysbench.out", flush=True)
         for path in sorted(glob.glob(os.path.join(self.lat_dir, "t*.log"))):
             self._parse(path)

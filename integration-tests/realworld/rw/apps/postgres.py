@@ -52,7 +52,12 @@ class Pgbench(LoadHandle):
                                                stderr=open(prefix + ".stderr", "w")))
             self.prefixes.append((klass, prefix))
 
+    def processes(self):
+        return self.procs
+
     def stop(self):
+        if self.paused and not self.halted:
+            self.halt()
         for p in self.procs:
             try:
                 p.wait(timeout=90)
@@ -65,6 +70,10 @@ class Pgbench(LoadHandle):
                     continue
                 with open(path) as f:
                     for line in f:
+                        # pgbench buffers its log: a client killed by an idle case (halt)
+                        # leaves its last buffer flush cut mid-line, and loses what it held.
+                        if not line.endswith("\n"):
+                            continue
                         parts = line.split()
                         # client_id transaction_no time script_no time_epoch time_us [schedule_lag]
                         if len(parts) < 6 or not parts[2].isdigit():

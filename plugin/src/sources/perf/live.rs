@@ -223,6 +223,12 @@ fn flush_ping(opts: &RecordOptions) -> Option<Ping> {
     })
 }
 
+/// Whether a capture with `opts` hands over a quiet target's records within seconds
+/// (perf pinged to flush): only then does its silence mean the target's.
+pub fn delivers_promptly(opts: &RecordOptions) -> bool {
+    flush_ping(opts).is_some()
+}
+
 /// Whether this perf takes `--control` (perf 5.10 and later). Any command on the control
 /// channel wakes `perf record`, which then writes out everything its buffers hold; `ping`
 /// is the one that changes nothing else.

@@ -1,0 +1,346 @@
+//! Keeps the engine's clock running for targets that fall silent.
+//!
+//! The engine analyses in event time: a target whose threads all stopped (a frozen
+//! cgroup, a paused VM) or all wait in a call (a hang) sends no record, so its clock
+//! stops and it is never reported on again, exactly when the on-call engineer needs
+//! it. The host knows how much wall time passed since the target's latest record
+//! arrived, and moves the target's clock on by that much (`EngineHost::advance`).
+//!
+//! Only where silence means the target made no call:
+//! - records of faultline's own live captures (perf, an LTTng live session) that hand
+//!   over a quiet target's records within seconds (perf only with `--control`), while
+//!   that capture runs: an OTLP exporter that stopped sending looks the same as a target
+//!   that stopped calling, and a recorded trace's pauses are its reader's;
+//! - while a process of the target still exists (the same process: its start time is
+//!   compared, so a reused pid does not count): a target that exited (crashed, or was
+//!   stopped) is gone, not hung.
+//!
+//! The estimate never runs ahead of the source clock: the latest record was made
+//! before it arrived, so `latest + elapsed since arrival` is at most the source's
+//! "now". Records still in flight when the clock moves on arrive behind it and are
+//! analysed as late ones; that is why the clock only moves after `after` of silence,
+//! beyond a live capture's delivery delay (about 2 s). `perf script` hands over a round
+//! of records only once the next one begins, so the last moments before a silence may
+//! arrive only when the target calls again.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use faultline_engine::SyscallEvent;
+
+/// How often the engine task asks for due advances, whatever else it is doing (a
+/// busy target must not keep a silent one from being reported on).
+pub const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// Processes remembered per target, most recent first: enough to tell whether any is
+/// still there (a target of many short-lived processes keeps its latest ones).
+const PIDS_KEPT: usize = 16;
+
+/// A batch whose latest record is this far from the target's latest (the engine's clock
+/// screen's hour) restarts the watch: a record stamped far off, or a source clock that
+/// jumped, must not leave the target looking silent for good.
+const MAX_JUMP_NS: u64 = 3_600_000_000_000;
+
+/// A process of a target: its pid and start time (clock ticks after boot, `None` when
+/// unreadable), so a pid the kernel reused for another process is not taken for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Process {
+    pub pid: u32,
+    pub start: Option<u64>,
+}
+
+/// A target's latest record, when it arrived, and where from.
+#[derive(Clone, Debug)]
+struct Seen {
+    latest_ns: u64,
+    arrived: Instant,
+    source: &'static str,
+    processes: Vec<Process>,
+}
+
+/// A target whose clock may move on: its name and the event time to move it to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Due {
+    pub target: String,
+    pub now_ns: u64,
+}
+
+/// Per-target latest record times, for the targets the engine was fed.
+#[derive(Debug)]
+pub struct SilenceWatch {
+    after: Duration,
+    /// The source labels of the live captures watched (records of others are ignored).
+    sources: Vec<&'static str>,
+    targets: HashMap<String, Seen>,
+    /// The router's target cap: the map never holds more names than the engine does.
+    max_targets: usize,
+}
+
+impl SilenceWatch {
+    /// Advances the targets of live captures `sources` silent for at least `after`
+    /// (wall clock).
+    pub fn new(after: Duration, sources: Vec<&'static str>, max_targets: usize) -> Self {
+        Self {
+            after,
+            sources,
+            targets: HashMap::new(),
+            max_targets,
+        }
+    }
+
+    /// Whether the records of `source` are watched at all.
+    pub fn watches(&self, source: &str) -> bool {
+        self.sources.contains(&source)
+    }
+
+    /// Notes a batch of process `pid` fed to `target` at `now` from live capture
+    /// `source`. Only a record later than the latest restarts the silence: late records
+    /// (a source's reordering) do not say the target is making calls now.
+    pub fn observe(
+        &mut self,
+        target: &str,
+        source: &'static str,
+        pid: Option<u32>,
+        events: &[SyscallEvent],
+        now: Instant,
+    ) {
+        if !self.watches(source) {
+            return;
+        }
+        let Some(latest) = events.iter().map(|e| e.ts_ns).max() else {
+            return;
+        };
+        let pid = pid.or_else(|| events.first().map(|e| e.pid));
+        if !self.targets.contains_key(target) {
+            if self.targets.len() >= self.max_targets {
+                return;
+            }
+            let first = Seen {
+                latest_ns: latest,
+                arrived: now,
+                source,
+                processes: Vec::new(),
+            };
+            self.targets.insert(target.to_owned(), first);
+        }
+        let Some(seen) = self.targets.get_mut(target) else {
+            return;
+        };
+        if latest > seen.latest_ns || seen.latest_ns - latest > MAX_JUMP_NS {
+            seen.latest_ns = latest;
+            seen.arrived = now;
+            seen.source = source;
+        }
+        if let Some(pid) = pid {
+            remember(&mut seen.processes, pid, start_time);
+        }
+    }
+
+    /// The targets silent for at least `after` at `now` whose capture is still
+    /// `running` and of which a process still `exists`, each with the event time its
+    /// clock may move to (sorted by name, so runs are reproducible).
+    pub fn due(
+        &self,
+        now: Instant,
+        running: impl Fn(&'static str) -> bool,
+        exists: impl Fn(Process) -> bool,
+    ) -> Vec<Due> {
+        let mut due: Vec<Due> = self
+            .targets
+            .iter()
+            .filter_map(|(name, seen)| {
+                let silent = now.checked_duration_since(seen.arrived)?;
+                if silent < self.after || !running(seen.source) {
+                    return None;
+                }
+                // Without a pid (a source that names none) nothing says it exited.
+                if !seen.processes.is_empty() && !seen.processes.iter().any(|&p| exists(p)) {
+                    return None;
+                }
+                let ns = u64::try_from(silent.as_nanos()).unwrap_or(u64::MAX);
+                Some(Due {
+                    target: name.clone(),
+                    now_ns: seen.latest_ns.saturating_add(ns),
+                })
+            })
+            .collect();
+        due.sort_by(|a, b| a.target.cmp(&b.target));
+        due
+    }
+}
+
+/// Moves `pid` to the front of `processes`, keeping at most [`PIDS_KEPT`]; a pid new
+/// to the list has its start time read (`start`) once.
+fn remember(processes: &mut Vec<Process>, pid: u32, start: impl Fn(u32) -> Option<u64>) {
+    if processes.first().is_some_and(|p| p.pid == pid) {
+        return;
+    }
+    let known = processes.iter().position(|p| p.pid == pid);
+    let p = match known {
+        Some(i) => processes.remove(i),
+        None => Process {
+            pid,
+            start: start(pid),
+        },
+    };
+    processes.insert(0, p);
+    processes.truncate(PIDS_KEPT);
+}
+
+/// The start time of process `pid` in clock ticks after boot (`/proc/<pid>/stat` field
+/// 22), if it exists. Pids are those of faultline's own pid namespace: run it in the
+/// host's, as perf and LTTng need anyway.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces or ')'.
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether process `p` still exists on this machine, as the same process (a zombie
+/// still does: its parent has not reaped it yet).
+pub fn process_exists(p: Process) -> bool {
+    match start_time(p.pid) {
+        None => false,
+        Some(now) => p.start.is_none_or(|was| was == now),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_engine::syscalls::SyscallId;
+
+    fn call(ts_ns: u64) -> SyscallEvent {
+        SyscallEvent::complete(7, 7, SyscallId::from_name("read"), ts_ns, 1_000)
+    }
+
+    fn due_all(w: &SilenceWatch, now: Instant) -> Vec<Due> {
+        w.due(now, |_| true, |_| true)
+    }
+
+    fn watch(after_s: u64, max_targets: usize) -> SilenceWatch {
+        SilenceWatch::new(Duration::from_secs(after_s), vec!["perf"], max_targets)
+    }
+
+    #[test]
+    fn a_target_is_due_only_after_the_silence_and_by_the_time_that_passed() {
+        let t0 = Instant::now();
+        let mut w = watch(20, 8);
+        w.observe("db", "perf", Some(7), &[call(5_000), call(9_000)], t0);
+        assert!(due_all(&w, t0 + Duration::from_secs(19)).is_empty());
+        assert_eq!(
+            due_all(&w, t0 + Duration::from_secs(25)),
+            vec![Due {
+                target: "db".to_owned(),
+                now_ns: 9_000 + 25_000_000_000
+            }]
+        );
+    }
+
+    #[test]
+    fn late_records_do_not_restart_the_silence_but_new_ones_do() {
+        let t0 = Instant::now();
+        let mut w = watch(20, 8);
+        w.observe("db", "perf", Some(7), &[call(9_000)], t0);
+        w.observe(
+            "db",
+            "perf",
+            Some(7),
+            &[call(8_000)],
+            t0 + Duration::from_secs(15),
+        );
+        assert_eq!(due_all(&w, t0 + Duration::from_secs(21)).len(), 1);
+        w.observe(
+            "db",
+            "perf",
+            Some(7),
+            &[call(10_000)],
+            t0 + Duration::from_secs(21),
+        );
+        assert!(due_all(&w, t0 + Duration::from_secs(30)).is_empty());
+    }
+
+    #[test]
+    fn a_stopped_capture_or_an_exited_target_is_not_advanced() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(60);
+        let mut w = watch(20, 8);
+        w.observe("db", "perf", Some(7), &[call(1)], t0);
+        w.observe("db", "perf", Some(8), &[call(2)], t0);
+        assert!(w.due(later, |s| s != "perf", |_| true).is_empty());
+        assert!(w.due(later, |_| true, |_| false).is_empty());
+        // One of its processes is left: still the target, silent.
+        assert_eq!(w.due(later, |_| true, |p| p.pid == 7).len(), 1);
+    }
+
+    #[test]
+    fn targets_past_the_cap_and_empty_batches_are_not_kept() {
+        let t0 = Instant::now();
+        let mut w = watch(1, 1);
+        w.observe("a", "perf", None, &[], t0);
+        w.observe("b", "perf", None, &[call(1)], t0);
+        w.observe("c", "perf", None, &[call(1)], t0);
+        let due = due_all(&w, t0 + Duration::from_secs(2));
+        assert_eq!(due.len(), 1);
+        assert_eq!(due[0].target, "b");
+    }
+
+    #[test]
+    fn the_latest_processes_are_kept_and_their_start_read_once() {
+        let reads = std::cell::Cell::new(0);
+        let start = |pid: u32| {
+            reads.set(reads.get() + 1);
+            Some(u64::from(pid) * 10)
+        };
+        let mut ps = Vec::new();
+        for p in 0..40 {
+            remember(&mut ps, p % 20, start);
+        }
+        assert_eq!(ps.len(), PIDS_KEPT);
+        assert_eq!(ps[0].pid, 19);
+        let before = reads.get();
+        remember(&mut ps, 18, start);
+        assert_eq!((ps[0].pid, ps[0].start), (18, Some(180)));
+        assert_eq!(reads.get(), before, "a known pid is not read again");
+        assert_eq!(ps.iter().filter(|p| p.pid == 18).count(), 1);
+    }
+
+    #[test]
+    fn this_process_exists_and_a_reused_pid_is_another_process() {
+        let me = std::process::id();
+        let start = start_time(me);
+        assert!(start.is_some());
+        assert!(process_exists(Process { pid: me, start }));
+        let other = Process {
+            pid: me,
+            start: start.map(|s| s + 1),
+        };
+        assert!(!process_exists(other));
+    }
+
+    #[test]
+    fn other_sources_are_not_watched_and_a_wild_timestamp_does_not_stick() {
+        let t0 = Instant::now();
+        let mut w = watch(20, 8);
+        w.observe("db", "otlp_grpc", Some(7), &[call(1)], t0);
+        assert!(due_all(&w, t0 + Duration::from_secs(60)).is_empty());
+        // A record stamped two hours ahead, then the target's usual ones.
+        w.observe("db", "perf", Some(7), &[call(7_200_000_000_000)], t0);
+        w.observe(
+            "db",
+            "perf",
+            Some(7),
+            &[call(5_000)],
+            t0 + Duration::from_secs(15),
+        );
+        w.observe(
+            "db",
+            "perf",
+            Some(7),
+            &[call(6_000)],
+            t0 + Duration::from_secs(30),
+        );
+        assert!(due_all(&w, t0 + Duration::from_secs(45)).is_empty());
+    }
+}

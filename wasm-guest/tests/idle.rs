@@ -1,0 +1,118 @@
+//! A healthy server whose clients stop: its connection threads wait on for work that
+//! does not come, in the call they always wait in, or parked right after closing their
+//! connection. Neither is a fault; the same threads stuck in a call they only pass
+//! through are one.
+
+use faultline_engine::report::{Report, Verdict};
+use faultline_engine::syscalls::SyscallId;
+use faultline_engine::{Engine, Params, SyscallEvent};
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+const START: u64 = 1_000 * S;
+const SESSIONS: u32 = 8;
+
+fn id(name: &str) -> SyscallId {
+    SyscallId::from_name(name)
+}
+
+/// `SESSIONS` connection threads serving requests for 60 s (wait 9 ms in `poll` for the
+/// client, read, a short `futex`, write), and one background thread calling every 10 ms
+/// for 100 s. At 60 s the clients stop: each session makes `last` (whole calls) and
+/// then enters `wait`, which never returns.
+fn server(last: &[&str], wait: &str) -> Vec<SyscallEvent> {
+    server_with(last, wait, true)
+}
+
+/// [`server`], with or without its background thread.
+fn server_with(last: &[&str], wait: &str, background: bool) -> Vec<SyscallEvent> {
+    let mut ev = Vec::new();
+    for s in 0..SESSIONS {
+        let tid = 100 + s;
+        let mut t = START + u64::from(s) * 997_000;
+        while t < START + 60 * S {
+            for (name, dur) in [
+                ("poll", 9 * MS),
+                ("read", 20_000),
+                ("futex", 5_000),
+                ("write", 30_000),
+            ] {
+                ev.push(SyscallEvent::complete(1, tid, id(name), t, dur));
+                t += dur + 10_000;
+            }
+        }
+        for name in last {
+            ev.push(SyscallEvent::complete(1, tid, id(name), t, 20_000));
+            t += 30_000;
+        }
+        ev.push(SyscallEvent::enter(1, tid, id(wait), t));
+    }
+    let mut t = START;
+    while background && t < START + 100 * S {
+        ev.push(SyscallEvent::complete(1, 1, id("nanosleep"), t, 10 * MS));
+        t += 10 * MS + 20_000;
+    }
+    ev.sort_by_key(|e| e.ts_ns);
+    ev
+}
+
+/// Continuous reports after the clients stopped, and the on-demand answer to an alarm
+/// 10 s after.
+fn after_the_stop(events: &[SyscallEvent]) -> (Vec<Report>, Report) {
+    let mut engine = Engine::new(Params::default()).expect("defaults");
+    let mut reports = Vec::new();
+    for c in events.chunks(4096) {
+        engine.ingest("db", c);
+        reports.extend(engine.take_reports());
+    }
+    let alarm = engine.trigger("db", START + 70 * S).expect("report");
+    let after = reports
+        .into_iter()
+        .filter(|r| r.window_end_ns > START + 60 * S)
+        .collect();
+    (after, alarm)
+}
+
+fn assert_quiet(events: &[SyscallEvent]) {
+    let (after, alarm) = after_the_stop(events);
+    assert!(after.len() >= 3);
+    for r in after.iter().chain([&alarm]) {
+        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
+    }
+}
+
+#[test]
+fn sessions_waiting_on_for_clients_in_their_usual_wait_are_idle() {
+    assert_quiet(&server(&[], "poll"));
+}
+
+#[test]
+fn sessions_parked_after_closing_their_connection_are_idle() {
+    assert_quiet(&server(&["read", "close"], "futex"));
+}
+
+#[test]
+fn sessions_stuck_in_a_call_they_only_pass_through_are_a_fault() {
+    let (after, alarm) = after_the_stop(&server(&["read"], "futex"));
+    assert_ne!(alarm.verdict, Verdict::None, "{}", alarm.hint);
+    assert!(after.iter().any(|r| r.verdict != Verdict::None));
+}
+
+#[test]
+fn sessions_in_their_usual_wait_of_a_target_that_stopped_altogether_are_stopped() {
+    // No background thread: at 60 s the whole target falls silent, as a frozen cgroup's
+    // does in a live capture (perf delivers the threads' last entries into their waits,
+    // and their wake-up exits only once they run again). Its host moves its clock on.
+    let events = server_with(&[], "poll", false);
+    let end = events.last().map_or(0, |e| e.ts_ns);
+    let mut engine = Engine::new(Params::default()).expect("defaults");
+    for c in events.chunks(4096) {
+        engine.ingest("db", c);
+    }
+    engine.take_reports();
+    engine.advance("db", end + 30 * S);
+    let during = engine.take_reports();
+    let last = during.last().expect("reports while silent");
+    assert_eq!(last.verdict, Verdict::External, "{}", last.hint);
+    assert!(last.hint.contains("stopped from outside"), "{}", last.hint);
+}
