@@ -17,6 +17,7 @@ command -v lttng-syscallstats >/dev/null 2>&1 || need_apt+=(python3-lttnganalyse
 command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
 command -v sysbench >/dev/null 2>&1 || need_apt+=(sysbench)
 command -v apache2 >/dev/null 2>&1 || [ -x /usr/sbin/apache2 ] || need_apt+=(apache2)
+[ -x /usr/sbin/nginx ] || need_apt+=(nginx-light)
 command -v nft >/dev/null 2>&1 || [ -x /usr/sbin/nft ] || need_apt+=(nftables)
 command -v stress-ng >/dev/null 2>&1 || need_apt+=(stress-ng)
 command -v ip >/dev/null 2>&1 || [ -x /usr/sbin/ip ] || need_apt+=(iproute2)

@@ -205,6 +205,15 @@ fn bad_inputs_fail_with_a_clear_message() {
             ],
             "alpha_seconds",
         ),
+        (
+            vec![
+                "analyze".into(),
+                "--input".into(),
+                format!("perf:{}", garbage.display()),
+                "--recorded-asleep".into(),
+            ],
+            "--recorded-until",
+        ),
     ];
     for (args, expected) in cases {
         let out = faultline(&args.iter().map(String::as_str).collect::<Vec<_>>());

@@ -9,7 +9,7 @@ use faultline::engine_host::{
 };
 use faultline::pipeline::telemetry::Telemetry;
 use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
-use faultline_engine::{EventKind, Params, PerfCounters, SyscallEvent};
+use faultline_engine::{EventKind, Params, PerfCounters, Stillness, SyscallEvent};
 use serde_json::{json, Value};
 
 const BATCH: usize = 4096;
@@ -105,10 +105,15 @@ fn transcript(host: &mut dyn EngineHost, events: &[SyscallEvent], fault_at_ns: u
     let fin = host.finish().unwrap();
     // The target falls silent: its host moves its clock on, and the cadence goes on.
     let end = events.last().map_or(0, |e| e.ts_ns);
-    host.advance("nobody", end + 1).unwrap();
+    host.advance("nobody", end + 1, Stillness::Unknown).unwrap();
     let mut silent = Vec::new();
-    for s in [12, 25, 37] {
-        host.advance("db", end + s * 1_000_000_000).unwrap();
+    // Both readings of the processes cross the ABI (the last reports say which).
+    for (s, still) in [
+        (12, Stillness::Unknown),
+        (25, Stillness::Asleep),
+        (37, Stillness::Asleep),
+    ] {
+        host.advance("db", end + s * 1_000_000_000, still).unwrap();
         silent.extend(host.take_reports().unwrap());
     }
     let last = silent.last().expect("cadence reports while silent");

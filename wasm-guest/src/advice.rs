@@ -57,11 +57,26 @@ pub fn hint_for(verdict: Verdict, subsystem: Subsystem, top: Option<&RankedSysca
 /// new series. Every thread stopped at once is the environment: the
 /// service stopped from outside, which the verdict's own sentence would not name (a
 /// frozen cgroup leaves threads inside their calls as well as between them), or all
-/// of it waiting on one stalled resource, which that sentence then names.
-pub fn silent(verdict: Verdict, subsystem: Subsystem, hint: &str) -> String {
+/// of it waiting on one stalled resource, which that sentence then names. `asleep`: its
+/// host saw every thread asleep in a wait (see [`crate::Stillness`]), so nothing stopped
+/// it from outside: it waits for work (idle, or for a peer that does not answer: the
+/// records cannot tell), or on something its own threads hold.
+pub fn silent(verdict: Verdict, subsystem: Subsystem, hint: &str, asleep: bool) -> String {
     let head = "The target makes no system call";
     const OUTSIDE: &str =
         "the service was stopped from outside (a frozen cgroup or container, SIGSTOP, a paused VM)";
+    if asleep {
+        return match verdict {
+            Verdict::None => {
+                format!(
+                    "{head}: every thread sleeps in a wait it usually makes, none stuck elsewhere: no work reaches it (no client, or what it waits on does not answer)."
+                )
+            }
+            _ => {
+                format!("{head}: every thread sleeps in a call, none stopped from outside. {hint}")
+            }
+        };
+    }
     match (verdict, subsystem) {
         (Verdict::External, Subsystem::CpuScheduling) => format!(
             "{head}: every thread stopped between its calls at once, so {OUTSIDE} or the host is starved of CPU or memory."
@@ -88,7 +103,7 @@ mod tests {
     #[test]
     fn a_silent_target_says_so_first() {
         let disk = hint_for(Verdict::External, Subsystem::DiskIo, None);
-        let h = silent(Verdict::External, Subsystem::DiskIo, &disk);
+        let h = silent(Verdict::External, Subsystem::DiskIo, &disk, false);
         assert!(
             h.starts_with("The target makes no system call: every thread stopped"),
             "{h}"
@@ -96,10 +111,24 @@ mod tests {
         assert!(h.ends_with("device latency)."), "{h}");
         assert!(h.contains("stopped from outside"), "{h}");
         let lock = hint_for(Verdict::Internal, Subsystem::Locking, None);
-        let h = silent(Verdict::Internal, Subsystem::Locking, &lock);
+        let h = silent(Verdict::Internal, Subsystem::Locking, &lock, false);
         assert!(h.ends_with(&lock) && !h.contains("outside"), "{h}");
         let cpu = hint_for(Verdict::External, Subsystem::CpuScheduling, None);
-        let h = silent(Verdict::External, Subsystem::CpuScheduling, &cpu);
+        let h = silent(Verdict::External, Subsystem::CpuScheduling, &cpu, false);
         assert!(h.contains("stopped from outside"), "{h}");
+    }
+
+    #[test]
+    fn an_asleep_target_is_not_said_to_be_stopped_from_outside() {
+        let lock = hint_for(Verdict::Internal, Subsystem::Locking, None);
+        let h = silent(Verdict::Internal, Subsystem::Locking, &lock, true);
+        assert!(h.starts_with("The target makes no system call"), "{h}");
+        assert!(
+            h.ends_with(&lock) && h.contains("none stopped from outside"),
+            "{h}"
+        );
+        let none = hint_for(Verdict::None, Subsystem::None, None);
+        let h = silent(Verdict::None, Subsystem::None, &none, true);
+        assert!(h.contains("no work reaches it"), "{h}");
     }
 }

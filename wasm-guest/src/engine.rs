@@ -25,6 +25,7 @@ use std::collections::HashMap;
 use crate::event::SyscallEvent;
 use crate::params::{ParamError, Params};
 use crate::report::{Calibration, EngineCounters, Report};
+use crate::stillness::Stillness;
 use crate::target::Target;
 
 /// Analyses syscall streams of many targets; all time comes from the events.
@@ -120,10 +121,11 @@ impl Engine {
     /// host's estimate of the source clock): the cadence reports that become due are
     /// queued for [`Engine::take_reports`]. A target whose threads all stopped makes no
     /// record, and the engine's time comes only from records. Unknown targets, and times
-    /// not ahead of the target's clock, are ignored.
-    pub fn advance(&mut self, target: &str, now_ns: u64) {
+    /// not ahead of the target's clock, are ignored. `still`: what the host saw of the
+    /// target's processes (see [`Stillness`]), until a record at or past the moved clock.
+    pub fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) {
         if let Some(t) = self.targets.get_mut(target) {
-            let due = t.advance(now_ns, &self.counters);
+            let due = t.advance(now_ns, still, &self.counters);
             self.pending.extend(due);
         }
     }

@@ -272,7 +272,8 @@ pub struct Report {
     /// Seconds from the target's latest record (as of the latest batch received) to the
     /// window end: 0 while it makes calls; grows when the host advances the clock of a
     /// target that sent nothing (`Engine::advance`): its threads are stopped (a frozen
-    /// cgroup, a paused VM) or all wait in a call (a hang).
+    /// cgroup, a paused VM), all wait in a call (a hang), or all sleep in their usual
+    /// waits (an idle server with no periodic thread, when its host saw them asleep).
     #[serde(default)]
     pub silent_seconds: f64,
 }

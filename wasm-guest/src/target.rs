@@ -53,6 +53,7 @@ use crate::report::{
 };
 use crate::sketch::{key2, EpochSketch, SamplerConfig};
 use crate::stats::quantile_sorted;
+use crate::stillness::Stillness;
 use crate::syscalls::SyscallId;
 use crate::thread::{
     materialize_cold, BinSet, Chan, ChanCold, ColdSlot, Episode, Increase, Series, SeriesCold,
@@ -296,6 +297,9 @@ pub struct Target {
     /// without counters adds 8 bytes to the target's record, whose hot fields stay
     /// where they were).
     signs: Option<Box<SignsState>>,
+    /// What the host saw of the processes when it last moved the clock of the silent
+    /// target (see [`Target::advance`]); reset by the next record at or past the clock.
+    still: Stillness,
 }
 
 impl Target {
@@ -327,6 +331,7 @@ impl Target {
             screen: ClockScreen::default(),
             evict_hand: 0,
             signs: None,
+            still: Stillness::Unknown,
         }
     }
 
@@ -399,6 +404,12 @@ impl Target {
             return due;
         };
         // Time ordered (`Engine::ingest`): the last record is the latest.
+        // Only a record at or past the clock says the target calls again: records behind
+        // a clock its host moved on were made before the silence (a live source's
+        // buffered last round, handed over late, as at shutdown).
+        if last.ts_ns >= self.now_ns {
+            self.still = Stillness::Unknown;
+        }
         self.records_ns = self.records_ns.max(last.ts_ns);
         let grouped = GROUPED && self.threads.len() >= GROUP_MIN_THREADS && {
             let changes = events.windows(2).filter(|w| w[0].tid != w[1].tid).count();
@@ -525,9 +536,15 @@ impl Target {
     /// call would never be reported on. Only forward, at most the clock screen's
     /// [`MAX_CLOCK_JUMP_NS`] past the latest record (further, the records that follow
     /// would be screened out as outliers), and only once the target has a record.
-    pub fn advance(&mut self, now_ns: u64, c: &EngineCounters) -> Vec<Report> {
+    /// `still`: what the host saw of the target's processes, which holds until a record
+    /// at or past the moved clock (late records were made before the silence).
+    pub fn advance(&mut self, now_ns: u64, still: Stillness, c: &EngineCounters) -> Vec<Report> {
         let mut due = Vec::new();
-        if self.first_ns.is_none() || now_ns <= self.now_ns {
+        if self.first_ns.is_none() {
+            return due;
+        }
+        self.still = still;
+        if now_ns <= self.now_ns {
             return due;
         }
         // From the records, not the clock: repeated advances cannot walk it further.
@@ -551,8 +568,10 @@ impl Target {
     /// How the target's threads stopped by `to` (see [`Stops`]).
     fn stops(&self, to: u64) -> Stops {
         let r = self.records_ns;
+        let silent_since = (to.saturating_sub(r) >= self.d.gap_ns).then_some(r);
         Stops {
-            silent_since: (to.saturating_sub(r) >= self.d.gap_ns).then_some(r),
+            silent_since,
+            asleep: silent_since.is_some() && self.still == Stillness::Asleep,
             exits: self
                 .threads
                 .iter()
@@ -1177,12 +1196,13 @@ impl Target {
             // connection (see `parked_after_close`), has run out of work, not into a
             // fault: when its clients stopped sending, or left, every report of a healthy
             // MariaDB read external (its sessions in poll, its InnoDB threads in futex).
-            // Unless the whole target stopped (`stop`): an idle server's periodic threads
+            // Unless the whole target stopped (`stops`): an idle server's periodic threads
             // go on calling, and a frozen one's last records, as perf delivers them, leave
-            // most threads in their usual waits.
+            // most threads in their usual waits. A silent target its host saw asleep
+            // did not stop: it waits (an idle nginx has no periodic thread at all).
             let stuck = self.lasting_inflight(t, seen, &stops).filter(|e| {
                 e.key == GAP_KEY
-                    || stops.silent_since.is_some()
+                    || stops.silent_since.is_some() && !stops.asleep
                     || !(usual_wait(t, e.key, &self.d) || parked_after_close(t))
             });
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
@@ -1501,7 +1521,8 @@ impl Target {
         let mut hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
         let silent = self.silent_seconds(to);
         if silent * 1e9 >= self.d.cadence_ns as f64 {
-            hint = crate::advice::silent(diff.verdict, subsystem, &hint);
+            let asleep = self.still == Stillness::Asleep;
+            hint = crate::advice::silent(diff.verdict, subsystem, &hint, asleep);
         }
         let mut report = Report {
             schema_version: REPORT_SCHEMA_VERSION,
@@ -1583,7 +1604,9 @@ impl Target {
     fn inflight_episode(&self, t: &Thread, to: u64, stops: &Stops) -> Option<Episode> {
         let d = &self.d;
         let Some(p) = t.pairer.pending() else {
-            if stops.killed(t) {
+            // Asleep: in a call whose entry has not arrived yet, neither spinning nor
+            // stopped between calls.
+            if stops.killed(t) || stops.asleep {
                 return None;
             }
             // A thread whose last call returned within a unit gap of the target's last
@@ -2298,6 +2321,9 @@ struct Stops {
     /// or more (its clock moved on by its host, see [`Target::advance`]): every thread
     /// stopped at once.
     silent_since: Option<u64>,
+    /// The target is silent and its host saw every thread of it asleep
+    /// ([`Stillness::Asleep`]): each waits in a call, whatever its records say so far.
+    asleep: bool,
     /// The threads that entered `exit` or `exit_group`.
     exits: Vec<Exit>,
 }

@@ -5,7 +5,7 @@
 
 use faultline_engine::report::{Report, Verdict};
 use faultline_engine::syscalls::SyscallId;
-use faultline_engine::{Engine, Params, SyscallEvent};
+use faultline_engine::{Engine, Params, Stillness, SyscallEvent};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
@@ -103,16 +103,45 @@ fn sessions_in_their_usual_wait_of_a_target_that_stopped_altogether_are_stopped(
     // No background thread: at 60 s the whole target falls silent, as a frozen cgroup's
     // does in a live capture (perf delivers the threads' last entries into their waits,
     // and their wake-up exits only once they run again). Its host moves its clock on.
-    let events = server_with(&[], "poll", false);
+    let last = silent_server(&[], "poll", Stillness::Unknown);
+    assert_eq!(last.verdict, Verdict::External, "{}", last.hint);
+    assert!(last.hint.contains("stopped from outside"), "{}", last.hint);
+}
+
+#[test]
+fn sessions_in_their_usual_wait_of_a_silent_target_seen_asleep_are_idle() {
+    // The same silence, but the host saw every thread asleep (no freezer, no SIGSTOP):
+    // a server with no periodic thread left idle, as nginx is with no client.
+    let last = silent_server(&[], "poll", Stillness::Asleep);
+    assert_eq!(last.verdict, Verdict::None, "{}", last.hint);
+    assert!(last.hint.contains("no work reaches it"), "{}", last.hint);
+    assert_eq!(last.threads.directly_affected, 0, "{:?}", last.threads);
+}
+
+#[test]
+fn sessions_stuck_in_a_call_they_pass_through_are_a_fault_even_asleep() {
+    // Asleep is no excuse for a wait the threads do not usually make: a deadlock's
+    // threads sleep too.
+    let last = silent_server(&["read"], "futex", Stillness::Asleep);
+    assert_ne!(last.verdict, Verdict::None, "{}", last.hint);
+    assert!(
+        last.hint.contains("none stopped from outside"),
+        "{}",
+        last.hint
+    );
+}
+
+/// [`server_with`] with no background thread, its clock moved 30 s past its latest
+/// record with `still`: the last report of the silence.
+fn silent_server(before: &[&str], wait: &str, still: Stillness) -> Report {
+    let events = server_with(before, wait, false);
     let end = events.last().map_or(0, |e| e.ts_ns);
     let mut engine = Engine::new(Params::default()).expect("defaults");
     for c in events.chunks(4096) {
         engine.ingest("db", c);
     }
     engine.take_reports();
-    engine.advance("db", end + 30 * S);
+    engine.advance("db", end + 30 * S, still);
     let during = engine.take_reports();
-    let last = during.last().expect("reports while silent");
-    assert_eq!(last.verdict, Verdict::External, "{}", last.hint);
-    assert!(last.hint.contains("stopped from outside"), "{}", last.hint);
+    during.last().cloned().expect("reports while silent")
 }

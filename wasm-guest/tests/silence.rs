@@ -7,7 +7,7 @@ use faultline_engine::event::EventKind;
 use faultline_engine::report::{Report, Subsystem, Verdict};
 use faultline_engine::synth::{generate, EventShape, StreamSpec};
 use faultline_engine::syscalls::SyscallId;
-use faultline_engine::{Engine, Params, SyscallEvent};
+use faultline_engine::{Engine, Params, Stillness, SyscallEvent};
 
 const S: u64 = 1_000_000_000;
 
@@ -69,6 +69,16 @@ fn close_calls(mut events: Vec<SyscallEvent>) -> (Vec<SyscallEvent>, u64) {
 /// Feeds the stream, then moves the clock on in 5-s steps to `end + silent_s`;
 /// returns the reports of the silence (the ones before are checked healthy).
 fn silent_for(events: &[SyscallEvent], end: u64, silent_s: u64) -> (Vec<Report>, Engine) {
+    silent_as(events, end, silent_s, Stillness::Unknown)
+}
+
+/// [`silent_for`] with the host's reading of the processes.
+fn silent_as(
+    events: &[SyscallEvent],
+    end: u64,
+    silent_s: u64,
+    still: Stillness,
+) -> (Vec<Report>, Engine) {
     let mut engine = Engine::new(Params::default()).expect("defaults");
     for c in events.chunks(4096) {
         engine.ingest("svc", c);
@@ -81,7 +91,7 @@ fn silent_for(events: &[SyscallEvent], end: u64, silent_s: u64) -> (Vec<Report>,
     }
     let mut during = Vec::new();
     for s in (5..=silent_s).step_by(5) {
-        engine.advance("svc", end + s * S);
+        engine.advance("svc", end + s * S, still);
         during.extend(engine.take_reports());
     }
     (during, engine)
@@ -103,6 +113,40 @@ fn threads_stopped_between_calls_at_once_read_as_stopped_from_outside() {
     );
     assert!(last.hint.contains("stopped from outside"), "{}", last.hint);
     assert!(last.window_end_ns > end + 30 * S);
+}
+
+#[test]
+fn threads_between_calls_of_a_target_seen_asleep_wait_in_calls_not_yet_delivered() {
+    // The host saw every thread asleep: their latest calls' entries are still in the
+    // source's buffers, so none spins or was stopped between calls.
+    let (events, end) = stream(None);
+    let (during, _) = silent_as(&events, end, 40, Stillness::Asleep);
+    assert_eq!(during.len(), 4, "{during:#?}");
+    for r in &during {
+        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
+    }
+    let last = during.last().expect("reports");
+    assert!(last.hint.contains("no work reaches it"), "{}", last.hint);
+    // A record made before the silence, handed over late (a live source's buffered
+    // last round, as at shutdown), does not say the target calls again...
+    let read = SyscallId::from_name("read");
+    let mut engine = Engine::new(Params::default()).expect("defaults");
+    engine.ingest("svc", &events);
+    engine.advance("svc", end + 30 * S, Stillness::Asleep);
+    engine.ingest("svc", &[SyscallEvent::complete(1, 1, read, end + 1, 1_000)]);
+    let fin = engine.finish().pop().expect("a final report");
+    assert_eq!(fin.verdict, Verdict::None, "{}", fin.hint);
+    assert!(fin.hint.contains("no work reaches it"), "{}", fin.hint);
+    // ... a record past the clock does: the next silence is judged as before.
+    let mut engine = Engine::new(Params::default()).expect("defaults");
+    engine.ingest("svc", &events);
+    engine.advance("svc", end + 10 * S, Stillness::Asleep);
+    let later = end + 11 * S;
+    engine.ingest("svc", &[SyscallEvent::complete(1, 1, read, later, 1_000)]);
+    engine.take_reports();
+    engine.advance("svc", later + 40 * S, Stillness::Unknown);
+    let last = engine.take_reports().pop().expect("reports");
+    assert_eq!(last.verdict, Verdict::External, "{}", last.hint);
 }
 
 #[test]
@@ -200,15 +244,15 @@ fn a_process_that_exited_is_not_taken_for_a_frozen_one() {
 fn the_clock_moves_only_forward_by_at_most_an_hour_and_only_for_known_targets() {
     let (events, end) = stream(None);
     let mut engine = Engine::new(Params::default()).expect("defaults");
-    engine.advance("svc", end + 5 * S);
+    engine.advance("svc", end + 5 * S, Stillness::Unknown);
     assert_eq!(engine.thread_count("svc"), 0, "no target from an advance");
     for c in events.chunks(4096) {
         engine.ingest("svc", c);
     }
     engine.take_reports();
-    engine.advance("svc", end - 5 * S);
+    engine.advance("svc", end - 5 * S, Stillness::Unknown);
     assert!(engine.take_reports().is_empty());
-    engine.advance("svc", end + 10 * 3_600 * S);
+    engine.advance("svc", end + 10 * 3_600 * S, Stillness::Unknown);
     let during = engine.take_reports();
     assert!(!during.is_empty());
     let fin = engine.finish();

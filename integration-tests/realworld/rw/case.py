@@ -5,7 +5,8 @@ import json
 import os
 import time
 
-from . import perfrec
+from . import perfrec, proc_state
+from .diagnose import ALARM_AFTER_S
 from .env import mono_ns
 from .latency import LatencyLog, anomaly
 
@@ -39,6 +40,7 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     rec = None
     live_result = None
     fault_on = False
+    asleep_at_alarm = asleep_at_end = False
     try:
         fault.arm(env, app)
         load = app.start_load(env, log)
@@ -58,7 +60,15 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         fault.start(env, app)
         if live is not None:
             live.mark_fault(fault_start)
-        time.sleep(timing.fault)
+        # How the server's threads stand at the alarm (fault start + ALARM_AFTER_S, as the
+        # diagnoses place it, however long fault.start took) and at the end (see
+        # proc_state), for the offline diagnoses of a silent server.
+        phase_end = mono_ns() + int(timing.fault * 1e9)
+        alarm_ns = min(fault_start + int(ALARM_AFTER_S * 1e9), phase_end)
+        time.sleep(max(0.0, (alarm_ns - mono_ns()) / 1e9))
+        asleep_at_alarm = proc_state.asleep(env.cgroup.pids())
+        time.sleep(max(0.0, (phase_end - mono_ns()) / 1e9))
+        asleep_at_end = proc_state.asleep(env.cgroup.pids())
         fault_end = mono_ns()
         fault.stop(env, app)
         fault_on = False
@@ -108,6 +118,9 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         "trace_start_ns": trace_start,
         "trace_end_ns": fault_end,
         "server_pids": pids,
+        # Every server thread asleep in a wait (see proc_state) at the alarm and at the end.
+        "asleep_at_alarm": asleep_at_alarm,
+        "asleep_at_end": asleep_at_end,
         "load": app.describe_load(),
         "anomaly": an,
         "fault_details": fault.details,

@@ -9,7 +9,9 @@ Modes, as in the paper's evaluation:
   paper's PerfCompass sees it: the 1.5 minutes before the alarm);
 - calibrated: on-demand with α/β from `faultline calibrate` on the app's own CPU-cap case;
 - every mode is told when the recording ended (`--recorded-until`: the trace's end, or the
-  alarm for alarm-only), so a server that fell silent before it (a freeze) is still diagnosed;
+  alarm for alarm-only), so a server that fell silent before it (a freeze) is still diagnosed,
+  and whether the server's threads were all asleep in a wait then (`--recorded-asleep`, read
+  from /proc by the harness as the live plugin reads it): an idle server, not a frozen one;
 - early_alarm: an alarm 15 s *before* the fault start (or the control's split), on the whole
   recording: the service was healthy then, so every case must answer `none` (data after an
   alarm must not answer it with a fault that began later).
@@ -44,6 +46,10 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     until = alarm_ns if cut else truth.get("trace_end_ns")
     if until:
         cmd += ["--recorded-until", str(until)]
+        # ... and, as the live plugin reads from /proc, whether the server's threads were
+        # all asleep in a wait then (idle), not frozen or stopped.
+        if truth.get("asleep_at_alarm" if cut else "asleep_at_end"):
+            cmd += ["--recorded-asleep"]
     t0 = time.time()
     if cut:
         out = _analyze_cut(cmd, trace, alarm_ns)

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use faultline_engine::report::RankedSyscall;
-use faultline_engine::{Report, Verdict};
+use faultline_engine::{Report, Stillness, Verdict};
 use serde::Serialize;
 
 use super::offline::{self, OfflineArgs};
@@ -27,6 +27,12 @@ pub struct AnalyzeArgs {
     /// last record: later records would be clock outliers). Default: the last record.
     #[arg(long, value_name = "NS")]
     pub recorded_until: Option<u64>,
+    /// With `--recorded-until`: every thread of the target's processes was seen asleep
+    /// in a wait then (no freezer, no stop signal; what `faultline run` reads from
+    /// `/proc` for a silent live target), so a silence is judged as waiting, not as the
+    /// target stopped from outside. Applies to every target of the recording.
+    #[arg(long, requires = "recorded_until")]
+    pub recorded_asleep: bool,
     /// Output format; `json` prints one object per target (one line each).
     #[arg(long, value_enum, default_value_t = Format::Text)]
     pub format: Format,
@@ -109,9 +115,14 @@ pub fn analyze(args: &AnalyzeArgs) -> anyhow::Result<Vec<TargetAnalysis>> {
     let (targets, mut reports, events) =
         offline::drive(&args.offline, engine.as_mut(), &telemetry, max_targets)?;
     if let Some(until) = args.recorded_until {
+        let still = if args.recorded_asleep {
+            Stillness::Asleep
+        } else {
+            Stillness::Unknown
+        };
         for target in &targets {
             engine
-                .advance(target, until)
+                .advance(target, until, still)
                 .context("moving the clock on")?;
         }
         reports.extend(engine.take_reports().context("collecting reports")?);

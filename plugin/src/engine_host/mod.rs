@@ -24,7 +24,7 @@ mod wasm;
 use std::sync::Arc;
 
 use faultline_engine::report::{Calibration, EngineCounters};
-use faultline_engine::{ParamError, Params, Report, SyscallEvent};
+use faultline_engine::{ParamError, Params, Report, Stillness, SyscallEvent};
 use thiserror::Error;
 
 use crate::pipeline::telemetry::Telemetry;
@@ -78,8 +78,9 @@ pub trait EngineHost: Send {
     /// On-demand diagnosis: `target` became slow at `at_ns` (event clock).
     fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError>;
     /// Moves a silent target's clock to `now_ns` (event clock); the cadence reports that
-    /// became due wait for [`EngineHost::take_reports`].
-    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError>;
+    /// became due wait for [`EngineHost::take_reports`]. `still`: what the host saw of
+    /// the target's processes.
+    fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) -> Result<(), HostError>;
     /// Continuous-mode reports that became due.
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError>;
     /// End of stream: the final reports.

@@ -1,7 +1,7 @@
 //! The engine linked into the plugin (`[engine] kind = "native"`).
 
 use faultline_engine::report::{Calibration, EngineCounters};
-use faultline_engine::{Engine, Params, Report, SyscallEvent};
+use faultline_engine::{Engine, Params, Report, Stillness, SyscallEvent};
 
 use super::heap_huge_pages::HeapHugePages;
 use super::{EngineHost, EngineKind, HostError, HugePageStats};
@@ -56,8 +56,8 @@ impl EngineHost for NativeHost {
         Ok(self.engine.trigger(target, at_ns))
     }
 
-    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError> {
-        self.engine.advance(target, now_ns);
+    fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) -> Result<(), HostError> {
+        self.engine.advance(target, now_ns, still);
         Ok(())
     }
 

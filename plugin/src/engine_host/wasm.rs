@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use faultline_engine::abi::batch::{encode_batch_prefix, max_encoded_len};
 use faultline_engine::abi::{Status, TargetParams, ABI_VERSION};
 use faultline_engine::report::{Calibration, EngineCounters};
-use faultline_engine::{Params, Report, SyscallEvent};
+use faultline_engine::{Params, Report, Stillness, SyscallEvent};
 use serde::de::DeserializeOwned;
 use wasmtime::{
     Config, Engine as WasmEngine, Instance, Linker, Memory, Module, Store, StoreLimitsBuilder,
@@ -64,7 +64,7 @@ struct Exports {
     set_target_params: TypedFunc<(u32, u32), i32>,
     ingest: TypedFunc<(u32, u32), i32>,
     trigger: TypedFunc<(u32, u32, u64), i32>,
-    advance: TypedFunc<(u32, u32, u64), i32>,
+    advance: TypedFunc<(u32, u32, u64, u32), i32>,
     take_reports: TypedFunc<(), i32>,
     finish: TypedFunc<(), i32>,
     calibrate: TypedFunc<(u32, u32, u32, u64), i32>,
@@ -703,10 +703,10 @@ impl EngineHost for WasmHost {
         })
     }
 
-    fn advance(&mut self, target: &str, now_ns: u64) -> Result<(), HostError> {
+    fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) -> Result<(), HostError> {
         self.call("advance", |g| {
             let (p, l) = g.write_arg(target.as_bytes())?;
-            let code = invoke!(g, advance, (p, l, now_ns))?;
+            let code = invoke!(g, advance, (p, l, now_ns, still.code()))?;
             g.check(code)
         })
     }

@@ -11,6 +11,7 @@ use faultline_engine::{Params, Report};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
+use super::process_state;
 use super::queue::BatchReceiver;
 use super::report_sink::{ReportSink, SinkError};
 use super::router::Router;
@@ -293,7 +294,7 @@ impl EngineTask {
     /// Moves the clocks of targets silent for long enough, at most once per
     /// [`silence::CHECK_EVERY`], and publishes the cadence reports that became due.
     fn advance_silent(&mut self) {
-        let Some(watch) = &self.silence else {
+        let Some(watch) = &mut self.silence else {
             return;
         };
         let now = Instant::now();
@@ -306,14 +307,20 @@ impl EngineTask {
             live.iter()
                 .any(|l| l.name == source && l.run() == SourceRun::Running)
         };
-        let due = watch.due(now, running, silence::process_exists);
+        // Timed from here: reading the processes' states is part of the analysis.
+        let started = Instant::now();
+        let due = watch.due(
+            now,
+            running,
+            silence::process_exists,
+            process_state::stillness_of,
+        );
         if due.is_empty() {
             return;
         }
-        let started = Instant::now();
         let result = due
             .iter()
-            .try_for_each(|d| self.engine.advance(&d.target, d.now_ns))
+            .try_for_each(|d| self.engine.advance(&d.target, d.now_ns, d.still))
             .and_then(|()| self.engine.take_reports());
         self.observe(started);
         match result {
@@ -465,7 +472,7 @@ mod tests {
     use crate::pipeline::queue;
     use crate::pipeline::silence::SilenceWatch;
     use faultline_engine::syscalls::SyscallId;
-    use faultline_engine::SyscallEvent;
+    use faultline_engine::{Stillness, SyscallEvent};
     use tokio::sync::oneshot;
 
     const SECOND: u64 = 1_000_000_000;
@@ -518,7 +525,7 @@ mod tests {
             self.triggered_after.store(self.ingested, Ordering::Relaxed);
             Ok(None)
         }
-        fn advance(&mut self, _: &str, _: u64) -> Result<(), HostError> {
+        fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
             Ok(())
         }
         fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
@@ -757,6 +764,11 @@ mod tests {
     /// stays silent for 3 s of wall time with a 1-s cadence and a 0.3-s silence watch;
     /// returns the cadence reports of the silence.
     fn silent_reports(source: &'static str, live: bool) -> Vec<Report> {
+        silent_reports_of(source, live, std::process::id())
+    }
+
+    /// [`silent_reports`] of a target whose records name process `pid`.
+    fn silent_reports_of(source: &'static str, live: bool, pid: u32) -> Vec<Report> {
         let rt = runtime();
         let telemetry = Arc::new(Telemetry::default());
         if live {
@@ -785,7 +797,7 @@ mod tests {
         let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
         let mut b = batch(1, 0, 30);
         b.source = source;
-        b.process.pid = Some(std::process::id());
+        b.process.pid = Some(pid);
         rt.block_on(tx.send(b)).expect("queue open");
         std::thread::sleep(Duration::from_millis(3_000));
         drop(tx);
@@ -812,6 +824,25 @@ mod tests {
         let last = after.last().expect("reports");
         assert!(last.window_end_ns > 30 * SECOND, "{}", last.window_end_ns);
         assert!(last.silent_seconds >= 1.0, "{}", last.silent_seconds);
+    }
+
+    #[test]
+    fn a_silent_target_whose_process_sleeps_is_reported_as_waiting() {
+        // The host reads the process's threads (a real sleeping child) before it moves
+        // the clock, and the engine hears it: the silent hint says they sleep.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("sleep runs");
+        let after = silent_reports_of("perf", true, child.id());
+        child.kill().ok();
+        child.wait().ok();
+        let last = after.last().expect("reports while silent");
+        assert!(last.hint.contains("sleeps"), "{}", last.hint);
+        // This test's own process has running threads: not asleep.
+        let own = silent_reports("perf", true);
+        let last = own.last().expect("reports while silent");
+        assert!(!last.hint.contains("sleeps"), "{}", last.hint);
     }
 
     #[test]

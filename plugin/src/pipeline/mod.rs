@@ -2,6 +2,7 @@
 
 pub mod engine_task;
 pub mod latest;
+pub mod process_state;
 pub mod queue;
 pub mod report_sink;
 pub mod router;

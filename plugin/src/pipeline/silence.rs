@@ -4,7 +4,10 @@
 //! cgroup, a paused VM) or all wait in a call (a hang) sends no record, so its clock
 //! stops and it is never reported on again, exactly when the on-call engineer needs
 //! it. The host knows how much wall time passed since the target's latest record
-//! arrived, and moves the target's clock on by that much (`EngineHost::advance`).
+//! arrived, and moves the target's clock on by that much (`EngineHost::advance`),
+//! telling the engine whether the target's threads all sleep of their own accord (an
+//! idle server with no periodic thread is as silent as a frozen one; see
+//! [`super::process_state`]).
 //!
 //! Only where silence means the target made no call:
 //! - records of faultline's own live captures (perf, an LTTng live session) that hand
@@ -26,15 +29,21 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use faultline_engine::SyscallEvent;
+use faultline_engine::{Stillness, SyscallEvent};
 
 /// How often the engine task asks for due advances, whatever else it is doing (a
 /// busy target must not keep a silent one from being reported on).
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
 
 /// Processes remembered per target, most recent first: enough to tell whether any is
-/// still there (a target of many short-lived processes keeps its latest ones).
+/// still there (a target of many short-lived processes keeps its latest ones). Only
+/// these are read for [`Stillness`]: a stopped process among more that made no record
+/// lately goes unseen.
 const PIDS_KEPT: usize = 16;
+
+/// How long a reading of a silent target's processes' states is reused: reading them
+/// costs two small files per thread, and silences (idle nights) last.
+const PROBE_EVERY: Duration = Duration::from_secs(5);
 
 /// A batch whose latest record is this far from the target's latest (the engine's clock
 /// screen's hour) restarts the watch: a record stamped far off, or a source clock that
@@ -56,13 +65,17 @@ struct Seen {
     arrived: Instant,
     source: &'static str,
     processes: Vec<Process>,
+    /// The latest reading of its processes' states, and when it was taken.
+    probed: Option<(Instant, Stillness)>,
 }
 
-/// A target whose clock may move on: its name and the event time to move it to.
+/// A target whose clock may move on: its name, the event time to move it to, and what
+/// its processes were doing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Due {
     pub target: String,
     pub now_ns: u64,
+    pub still: Stillness,
 }
 
 /// Per-target latest record times, for the targets the engine was fed.
@@ -120,6 +133,7 @@ impl SilenceWatch {
                 arrived: now,
                 source,
                 processes: Vec::new(),
+                probed: None,
             };
             self.targets.insert(target.to_owned(), first);
         }
@@ -130,6 +144,7 @@ impl SilenceWatch {
             seen.latest_ns = latest;
             seen.arrived = now;
             seen.source = source;
+            seen.probed = None;
         }
         if let Some(pid) = pid {
             remember(&mut seen.processes, pid, start_time);
@@ -138,29 +153,54 @@ impl SilenceWatch {
 
     /// The targets silent for at least `after` at `now` whose capture is still
     /// `running` and of which a process still `exists`, each with the event time its
-    /// clock may move to (sorted by name, so runs are reproducible).
+    /// clock may move to and how the pids of those processes stand (`still`; see
+    /// [`super::process_state`]), sorted by name, so runs are reproducible.
     pub fn due(
-        &self,
+        &mut self,
         now: Instant,
         running: impl Fn(&'static str) -> bool,
         exists: impl Fn(Process) -> bool,
+        still: impl Fn(&[u32]) -> Stillness,
     ) -> Vec<Due> {
         let mut due: Vec<Due> = self
             .targets
-            .iter()
+            .iter_mut()
             .filter_map(|(name, seen)| {
                 let silent = now.checked_duration_since(seen.arrived)?;
                 if silent < self.after || !running(seen.source) {
                     return None;
                 }
-                // Without a pid (a source that names none) nothing says it exited.
-                if !seen.processes.is_empty() && !seen.processes.iter().any(|&p| exists(p)) {
+                // Without a pid (a source that names none) nothing says it exited, nor
+                // how it stands.
+                let alive: Vec<Process> = seen
+                    .processes
+                    .iter()
+                    .copied()
+                    .filter(|&p| exists(p))
+                    .collect();
+                if !seen.processes.is_empty() && alive.is_empty() {
                     return None;
                 }
+                // A process whose start time was never read may be another by now.
+                let readable = !alive.is_empty() && alive.iter().all(|p| p.start.is_some());
+                let fresh = seen
+                    .probed
+                    .filter(|(at, _)| now.saturating_duration_since(*at) < PROBE_EVERY);
+                let reading = match fresh {
+                    Some((_, s)) => s,
+                    None if readable => {
+                        let pids: Vec<u32> = alive.iter().map(|p| p.pid).collect();
+                        let s = still(&pids);
+                        seen.probed = Some((now, s));
+                        s
+                    }
+                    None => Stillness::Unknown,
+                };
                 let ns = u64::try_from(silent.as_nanos()).unwrap_or(u64::MAX);
                 Some(Due {
                     target: name.clone(),
                     now_ns: seen.latest_ns.saturating_add(ns),
+                    still: reading,
                 })
             })
             .collect();
@@ -215,8 +255,8 @@ mod tests {
         SyscallEvent::complete(7, 7, SyscallId::from_name("read"), ts_ns, 1_000)
     }
 
-    fn due_all(w: &SilenceWatch, now: Instant) -> Vec<Due> {
-        w.due(now, |_| true, |_| true)
+    fn due_all(w: &mut SilenceWatch, now: Instant) -> Vec<Due> {
+        w.due(now, |_| true, |_| true, |_| Stillness::Unknown)
     }
 
     fn watch(after_s: u64, max_targets: usize) -> SilenceWatch {
@@ -228,12 +268,13 @@ mod tests {
         let t0 = Instant::now();
         let mut w = watch(20, 8);
         w.observe("db", "perf", Some(7), &[call(5_000), call(9_000)], t0);
-        assert!(due_all(&w, t0 + Duration::from_secs(19)).is_empty());
+        assert!(due_all(&mut w, t0 + Duration::from_secs(19)).is_empty());
         assert_eq!(
-            due_all(&w, t0 + Duration::from_secs(25)),
+            due_all(&mut w, t0 + Duration::from_secs(25)),
             vec![Due {
                 target: "db".to_owned(),
-                now_ns: 9_000 + 25_000_000_000
+                now_ns: 9_000 + 25_000_000_000,
+                still: Stillness::Unknown,
             }]
         );
     }
@@ -250,7 +291,7 @@ mod tests {
             &[call(8_000)],
             t0 + Duration::from_secs(15),
         );
-        assert_eq!(due_all(&w, t0 + Duration::from_secs(21)).len(), 1);
+        assert_eq!(due_all(&mut w, t0 + Duration::from_secs(21)).len(), 1);
         w.observe(
             "db",
             "perf",
@@ -258,7 +299,7 @@ mod tests {
             &[call(10_000)],
             t0 + Duration::from_secs(21),
         );
-        assert!(due_all(&w, t0 + Duration::from_secs(30)).is_empty());
+        assert!(due_all(&mut w, t0 + Duration::from_secs(30)).is_empty());
     }
 
     #[test]
@@ -268,10 +309,44 @@ mod tests {
         let mut w = watch(20, 8);
         w.observe("db", "perf", Some(7), &[call(1)], t0);
         w.observe("db", "perf", Some(8), &[call(2)], t0);
-        assert!(w.due(later, |s| s != "perf", |_| true).is_empty());
-        assert!(w.due(later, |_| true, |_| false).is_empty());
+        let unknown = |_: &[u32]| Stillness::Unknown;
+        assert!(w.due(later, |s| s != "perf", |_| true, unknown).is_empty());
+        assert!(w.due(later, |_| true, |_| false, unknown).is_empty());
         // One of its processes is left: still the target, silent.
-        assert_eq!(w.due(later, |_| true, |p| p.pid == 7).len(), 1);
+        assert_eq!(w.due(later, |_| true, |p| p.pid == 7, unknown).len(), 1);
+    }
+
+    #[test]
+    fn only_the_processes_still_there_are_asked_how_they_stand_and_not_too_often() {
+        let t0 = Instant::now();
+        let own = std::process::id();
+        let mut w = watch(20, 8);
+        // This process (its start time readable) and a pid that does not exist.
+        w.observe("db", "perf", Some(own), &[call(1)], t0);
+        w.observe("db", "perf", Some(u32::MAX - 1), &[call(2)], t0);
+        let asked = std::cell::RefCell::new(Vec::new());
+        let still = |pids: &[u32]| {
+            asked.borrow_mut().push(pids.to_vec());
+            Stillness::Asleep
+        };
+        let at = |s| t0 + Duration::from_secs(s);
+        let due = w.due(at(60), |_| true, |p| p.pid == own, still);
+        assert_eq!(due.first().map(|d| d.still), Some(Stillness::Asleep));
+        assert_eq!(*asked.borrow(), vec![vec![own]]);
+        // Read again only after PROBE_EVERY; a new record drops the reading.
+        w.due(at(62), |_| true, |p| p.pid == own, still);
+        assert_eq!(asked.borrow().len(), 1);
+        w.due(at(66), |_| true, |p| p.pid == own, still);
+        assert_eq!(asked.borrow().len(), 2);
+        w.observe("db", "perf", Some(own), &[call(3)], at(66));
+        w.due(at(90), |_| true, |p| p.pid == own, still);
+        assert_eq!(asked.borrow().len(), 3);
+        // A process whose start time was never read may be another by now: not asked.
+        let mut w = watch(20, 8);
+        w.observe("db", "perf", Some(u32::MAX - 1), &[call(1)], t0);
+        let due = w.due(at(60), |_| true, |_| true, still);
+        assert_eq!(due.first().map(|d| d.still), Some(Stillness::Unknown));
+        assert_eq!(asked.borrow().len(), 3);
     }
 
     #[test]
@@ -281,7 +356,7 @@ mod tests {
         w.observe("a", "perf", None, &[], t0);
         w.observe("b", "perf", None, &[call(1)], t0);
         w.observe("c", "perf", None, &[call(1)], t0);
-        let due = due_all(&w, t0 + Duration::from_secs(2));
+        let due = due_all(&mut w, t0 + Duration::from_secs(2));
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].target, "b");
     }
@@ -324,7 +399,7 @@ mod tests {
         let t0 = Instant::now();
         let mut w = watch(20, 8);
         w.observe("db", "otlp_grpc", Some(7), &[call(1)], t0);
-        assert!(due_all(&w, t0 + Duration::from_secs(60)).is_empty());
+        assert!(due_all(&mut w, t0 + Duration::from_secs(60)).is_empty());
         // A record stamped two hours ahead, then the target's usual ones.
         w.observe("db", "perf", Some(7), &[call(7_200_000_000_000)], t0);
         w.observe(
@@ -341,6 +416,6 @@ mod tests {
             &[call(6_000)],
             t0 + Duration::from_secs(30),
         );
-        assert!(due_all(&w, t0 + Duration::from_secs(45)).is_empty());
+        assert!(due_all(&mut w, t0 + Duration::from_secs(45)).is_empty());
     }
 }

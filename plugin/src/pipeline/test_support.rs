@@ -1,7 +1,7 @@
 //! Test doubles for the pipeline's tests.
 
 use faultline_engine::report::{Calibration, EngineCounters};
-use faultline_engine::{Params, Report, SyscallEvent};
+use faultline_engine::{Params, Report, Stillness, SyscallEvent};
 
 use crate::engine_host::{EngineHost, EngineKind, HostError};
 
@@ -22,7 +22,7 @@ impl EngineHost for FailingIngest {
     fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
         Ok(None)
     }
-    fn advance(&mut self, _: &str, _: u64) -> Result<(), HostError> {
+    fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
         Ok(())
     }
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {

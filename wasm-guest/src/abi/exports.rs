@@ -108,11 +108,13 @@ pub extern "C" fn fl_trigger(ptr: u32, len: u32, at_ns: u64) -> i32 {
 }
 
 /// Moves the clock of the target named at `ptr..ptr+len` to `now_ns` (a target that sent
-/// nothing for a while); due reports wait for `fl_take_reports`.
+/// nothing for a while); `still`: what the host saw of its processes
+/// ([`crate::Stillness::code`]; unknown codes read as unknown). Due reports wait for
+/// `fl_take_reports`.
 #[no_mangle]
-pub extern "C" fn fl_advance(ptr: u32, len: u32, now_ns: u64) -> i32 {
+pub extern "C" fn fl_advance(ptr: u32, len: u32, now_ns: u64, still: u32) -> i32 {
     with(|g| match bytes(ptr, len) {
-        Some(b) => g.advance(b, now_ns),
+        Some(b) => g.advance(b, now_ns, crate::Stillness::from_code(still)),
         None => bad_argument(g),
     })
 }

@@ -144,14 +144,14 @@ impl Guest {
 
     /// `fl_advance`: moves a silent target's clock; reports that became due wait for
     /// `fl_take_reports`.
-    pub fn advance(&mut self, target: &[u8], now_ns: u64) -> i32 {
+    pub fn advance(&mut self, target: &[u8], now_ns: u64, still: crate::Stillness) -> i32 {
         let target = match self.target(target) {
             Ok(t) => t,
             Err(code) => return code,
         };
         match self.engine() {
             Ok(engine) => {
-                engine.advance(target, now_ns);
+                engine.advance(target, now_ns, still);
                 self.result.clear();
                 Status::Ok as i32
             }

@@ -27,7 +27,9 @@ mod exports;
 /// 5: the guest imports `faultline.fl_prefetch` (see `wasm-guest/ABI.md`).
 /// 6: record kind 6 (a thread's counters over an interval) in event batches.
 /// 7: the guest exports `fl_advance` (a silent target's clock), which the host requires.
-pub const ABI_VERSION: u32 = 7;
+/// 8: `fl_advance` takes a fourth argument, what the host saw of the silent target's
+///    processes ([`crate::Stillness::code`]).
+pub const ABI_VERSION: u32 = 8;
 
 /// What every `fl_*` call that can fail returns.
 ///

@@ -80,12 +80,12 @@ TEMPLATE = "<html><head><title>orders</title></head><body><h1>Orders</h1><table>
 class HttpLoad(LoadHandle):
     """The load client process; at stop its request log goes into the LatencyLog."""
 
-    def __init__(self, env, app, log, duration):
+    def __init__(self, env, app, log, duration, mix=MIX, rate=RATE, conns=CONNS, port=PORT):
         self.log = log
         self.path = os.path.join(app.root, "load.log")
-        mix = ",".join(f"{k}:{p}:{w}" for k, p, w in MIX)
-        argv = [sys.executable, LOAD_SCRIPT, "load", "--host", env.server_ip, "--port", str(PORT), "--out", self.path,
-                "--rate", str(RATE), "--conns", str(CONNS), "--duration", str(duration), "--mix", mix,
+        mix = ",".join(f"{k}:{p}:{w}" for k, p, w in mix)
+        argv = [sys.executable, LOAD_SCRIPT, "load", "--host", env.server_ip, "--port", str(port), "--out", self.path,
+                "--rate", str(rate), "--conns", str(conns), "--duration", str(duration), "--mix", mix,
                 "--files", str(GALLERY_FILES)]
         self.proc = subprocess.Popen(env.client_argv(argv), stdout=subprocess.DEVNULL,
                                      stderr=open(self.path + ".stderr", "w"))
@@ -102,6 +102,17 @@ class HttpLoad(LoadHandle):
                 self.log.begin(start_ns, klass)
             else:
                 self.log.add(start_ns, end_ns, ok, klass)
+
+
+def write_gallery(gallery):
+    """Incompressible photo stand-ins in directory `gallery`, written once (kept between runs)."""
+    os.makedirs(gallery, exist_ok=True)
+    for i in range(GALLERY_FILES):
+        path = os.path.join(gallery, f"{i}.jpg")
+        if not os.path.exists(path) or os.path.getsize(path) != GALLERY_FILE_BYTES:
+            with open(path, "wb") as f:
+                f.write(os.urandom(GALLERY_FILE_BYTES))
+                os.fsync(f.fileno())
 
 
 def stop_client(proc):
@@ -214,9 +225,6 @@ class Apache(App):
                    "p99 22 -> 15 ms, throughput 152 -> 147 req/s",
     }
 
-    def _path(self, *parts):
-        return os.path.join(self.root, *parts)
-
     def data_dir(self, env):
         return self._path("htdocs")
 
@@ -249,15 +257,7 @@ class Apache(App):
                 os.unlink(self._path("logs", log))
 
     def _write_gallery(self):
-        """Incompressible photo stand-ins, written once (kept between runs)."""
-        gallery = self._path("htdocs", "gallery")
-        os.makedirs(gallery, exist_ok=True)
-        for i in range(GALLERY_FILES):
-            path = os.path.join(gallery, f"{i}.jpg")
-            if not os.path.exists(path) or os.path.getsize(path) != GALLERY_FILE_BYTES:
-                with open(path, "wb") as f:
-                    f.write(os.urandom(GALLERY_FILE_BYTES))
-                    os.fsync(f.fileno())
+        write_gallery(self._path("htdocs", "gallery"))
 
     def _drop_gallery_cache(self):
         """Evicts the photos from the page cache, so the server reads them itself after start
@@ -315,16 +315,7 @@ class Apache(App):
                     os.kill(int(f.read().strip()), signal.SIGWINCH)
             except (OSError, ValueError):
                 self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for pid in env.cgroup.pids():
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        self.reap(env, self.proc)
 
     def start_load(self, env, log):
         return HttpLoad(env, self, log, self.load_seconds)

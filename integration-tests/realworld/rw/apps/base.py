@@ -80,6 +80,10 @@ class App:
         #: persistent directory for this app's data (survives between cases)
         self.root = os.path.join(root, self.name)
 
+    def _path(self, *parts):
+        """A path under this app's persistent directory."""
+        return os.path.join(self.root, *parts)
+
     def data_dir(self, env):
         """Directory on the disk the server writes to (the disk fault writes next to it)."""
         return os.path.join(self.root, "data")
@@ -98,6 +102,21 @@ class App:
 
     def stop(self, env):
         raise NotImplementedError
+
+    @staticmethod
+    def reap(env, proc, timeout=15):
+        """After a graceful stop was asked: waits for the server's main process (SIGKILL past
+        `timeout` s), then SIGKILLs whatever is left in the server cgroup."""
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for pid in env.cgroup.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     def start_load(self, env, log):
         """Start the load generator (client CPU, `env.client_argv`) at a moderate, bounded rate;
