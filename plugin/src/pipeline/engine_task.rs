@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use faultline_engine::{Params, Report};
+use faultline_engine::{Params, Report, Stillness};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
@@ -318,6 +318,18 @@ impl EngineTask {
         if due.is_empty() {
             return;
         }
+        // Which reading a silence is judged by, once per silence and change: the hint says
+        // it only from the next report on.
+        for d in due.iter().filter(|d| d.news) {
+            let how = match d.still {
+                Stillness::Asleep => "every thread sleeps in a wait: judged as waiting",
+                Stillness::Unknown => {
+                    "threads not all seen asleep (frozen, stopped, blocked, running or unreadable): judged as stopped"
+                }
+            };
+            let target = &d.target;
+            tracing::info!(%target, "silent target, its clock moves on: {how}");
+        }
         let result = due
             .iter()
             .try_for_each(|d| self.engine.advance(&d.target, d.now_ns, d.still))
@@ -472,7 +484,7 @@ mod tests {
     use crate::pipeline::queue;
     use crate::pipeline::silence::SilenceWatch;
     use faultline_engine::syscalls::SyscallId;
-    use faultline_engine::{Stillness, SyscallEvent};
+    use faultline_engine::SyscallEvent;
     use tokio::sync::oneshot;
 
     const SECOND: u64 = 1_000_000_000;

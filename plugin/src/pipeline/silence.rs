@@ -67,6 +67,8 @@ struct Seen {
     processes: Vec<Process>,
     /// The latest reading of its processes' states, and when it was taken.
     probed: Option<(Instant, Stillness)>,
+    /// The reading its latest advance in this silence carried (to log changes only).
+    told: Option<Stillness>,
 }
 
 /// A target whose clock may move on: its name, the event time to move it to, and what
@@ -76,6 +78,8 @@ pub struct Due {
     pub target: String,
     pub now_ns: u64,
     pub still: Stillness,
+    /// The first advance of this silence, or its reading changed: worth a log line.
+    pub news: bool,
 }
 
 /// Per-target latest record times, for the targets the engine was fed.
@@ -134,6 +138,7 @@ impl SilenceWatch {
                 source,
                 processes: Vec::new(),
                 probed: None,
+                told: None,
             };
             self.targets.insert(target.to_owned(), first);
         }
@@ -145,6 +150,7 @@ impl SilenceWatch {
             seen.arrived = now;
             seen.source = source;
             seen.probed = None;
+            seen.told = None;
         }
         if let Some(pid) = pid {
             remember(&mut seen.processes, pid, start_time);
@@ -196,11 +202,14 @@ impl SilenceWatch {
                     }
                     None => Stillness::Unknown,
                 };
+                let news = seen.told != Some(reading);
+                seen.told = Some(reading);
                 let ns = u64::try_from(silent.as_nanos()).unwrap_or(u64::MAX);
                 Some(Due {
                     target: name.clone(),
                     now_ns: seen.latest_ns.saturating_add(ns),
                     still: reading,
+                    news,
                 })
             })
             .collect();
@@ -275,6 +284,7 @@ mod tests {
                 target: "db".to_owned(),
                 now_ns: 9_000 + 25_000_000_000,
                 still: Stillness::Unknown,
+                news: true,
             }]
         );
     }
@@ -333,14 +343,18 @@ mod tests {
         let due = w.due(at(60), |_| true, |p| p.pid == own, still);
         assert_eq!(due.first().map(|d| d.still), Some(Stillness::Asleep));
         assert_eq!(*asked.borrow(), vec![vec![own]]);
-        // Read again only after PROBE_EVERY; a new record drops the reading.
-        w.due(at(62), |_| true, |p| p.pid == own, still);
+        // Read again only after PROBE_EVERY; a new record drops the reading. Only the
+        // first advance of a silence (or a changed reading) is news.
+        assert_eq!(due.first().map(|d| d.news), Some(true));
+        let due = w.due(at(62), |_| true, |p| p.pid == own, still);
+        assert_eq!(due.first().map(|d| d.news), Some(false));
         assert_eq!(asked.borrow().len(), 1);
         w.due(at(66), |_| true, |p| p.pid == own, still);
         assert_eq!(asked.borrow().len(), 2);
         w.observe("db", "perf", Some(own), &[call(3)], at(66));
-        w.due(at(90), |_| true, |p| p.pid == own, still);
+        let due = w.due(at(90), |_| true, |p| p.pid == own, still);
         assert_eq!(asked.borrow().len(), 3);
+        assert_eq!(due.first().map(|d| d.news), Some(true));
         // A process whose start time was never read may be another by now: not asked.
         let mut w = watch(20, 8);
         w.observe("db", "perf", Some(u32::MAX - 1), &[call(1)], t0);
