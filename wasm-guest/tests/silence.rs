@@ -97,6 +97,14 @@ fn silent_as(
     (during, engine)
 }
 
+/// Some reports, every one without an anomaly.
+fn assert_all_none(reports: &[Report]) {
+    assert!(!reports.is_empty());
+    for r in reports {
+        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
+    }
+}
+
 #[test]
 fn threads_stopped_between_calls_at_once_read_as_stopped_from_outside() {
     let (events, end) = stream(None);
@@ -122,9 +130,7 @@ fn threads_between_calls_of_a_target_seen_asleep_wait_in_calls_not_yet_delivered
     let (events, end) = stream(None);
     let (during, _) = silent_as(&events, end, 40, Stillness::Asleep);
     assert_eq!(during.len(), 4, "{during:#?}");
-    for r in &during {
-        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
-    }
+    assert_all_none(&during);
     let last = during.last().expect("reports");
     assert!(last.hint.contains("no work reaches it"), "{}", last.hint);
     // A record made before the silence, handed over late (a live source's buffered
@@ -188,10 +194,7 @@ fn threads_all_stuck_in_fsync_point_at_the_disk() {
 fn threads_that_exited_are_not_taken_for_a_hang() {
     let (events, end) = stream(Some("exit_group"));
     let (during, _) = silent_for(&events, end, 60);
-    assert!(!during.is_empty());
-    for r in &during {
-        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
-    }
+    assert_all_none(&during);
 }
 
 #[test]
@@ -234,10 +237,7 @@ fn a_process_that_exited_is_not_taken_for_a_frozen_one() {
     events.sort_by_key(|e| e.ts_ns);
     let end = events.last().map_or(0, |e| e.ts_ns);
     let (during, _) = silent_for(&events, end, 40);
-    assert!(!during.is_empty());
-    for r in &during {
-        assert_eq!(r.verdict, Verdict::None, "{}", r.hint);
-    }
+    assert_all_none(&during);
 }
 
 #[test]

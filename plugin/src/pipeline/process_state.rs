@@ -33,17 +33,13 @@ pub const MAX_TASKS: usize = 4096;
 /// interruptible sleep happens there, a signal or ptrace stop shows as `T`/`t`).
 const FREEZER_WAITS: [&str; 3] = ["__refrigerator", "do_freezer_trap", "get_signal"];
 
-/// How the threads of processes `pids` stand, from the machine's `/proc`.
-pub fn stillness(pids: impl IntoIterator<Item = u32>) -> Stillness {
+/// How the threads of processes `pids` stand, from the machine's `/proc` (as
+/// [`super::silence::SilenceWatch::due`] asks it).
+pub fn stillness(pids: &[u32]) -> Stillness {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .map(|m| CgroupMounts::parse(&m))
         .unwrap_or_default();
-    stillness_in(Path::new("/proc"), &mounts, pids)
-}
-
-/// [`stillness`] of a slice, as [`super::silence::SilenceWatch::due`] asks it.
-pub fn stillness_of(pids: &[u32]) -> Stillness {
-    stillness(pids.iter().copied())
+    stillness_in(Path::new("/proc"), &mounts, pids.iter().copied())
 }
 
 /// [`stillness`] under `proc_root` (a test's stand-in for `/proc`), with the cgroup
@@ -357,7 +353,7 @@ mod tests {
     fn reads(pid: u32, want: Stillness) -> bool {
         (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            stillness([pid]) == want
+            stillness(&[pid]) == want
         })
     }
 

@@ -268,6 +268,11 @@ mod tests {
         w.due(now, |_| true, |_| true, |_| Stillness::Unknown)
     }
 
+    /// A perf batch of one call at `ts_ns` from process 7 of target "db", arrived `at`.
+    fn seen(w: &mut SilenceWatch, ts_ns: u64, at: Instant) {
+        w.observe("db", "perf", Some(7), &[call(ts_ns)], at);
+    }
+
     fn watch(after_s: u64, max_targets: usize) -> SilenceWatch {
         SilenceWatch::new(Duration::from_secs(after_s), vec!["perf"], max_targets)
     }
@@ -293,22 +298,10 @@ mod tests {
     fn late_records_do_not_restart_the_silence_but_new_ones_do() {
         let t0 = Instant::now();
         let mut w = watch(20, 8);
-        w.observe("db", "perf", Some(7), &[call(9_000)], t0);
-        w.observe(
-            "db",
-            "perf",
-            Some(7),
-            &[call(8_000)],
-            t0 + Duration::from_secs(15),
-        );
+        seen(&mut w, 9_000, t0);
+        seen(&mut w, 8_000, t0 + Duration::from_secs(15));
         assert_eq!(due_all(&mut w, t0 + Duration::from_secs(21)).len(), 1);
-        w.observe(
-            "db",
-            "perf",
-            Some(7),
-            &[call(10_000)],
-            t0 + Duration::from_secs(21),
-        );
+        seen(&mut w, 10_000, t0 + Duration::from_secs(21));
         assert!(due_all(&mut w, t0 + Duration::from_secs(30)).is_empty());
     }
 
@@ -317,7 +310,7 @@ mod tests {
         let t0 = Instant::now();
         let later = t0 + Duration::from_secs(60);
         let mut w = watch(20, 8);
-        w.observe("db", "perf", Some(7), &[call(1)], t0);
+        seen(&mut w, 1, t0);
         w.observe("db", "perf", Some(8), &[call(2)], t0);
         let unknown = |_: &[u32]| Stillness::Unknown;
         assert!(w.due(later, |s| s != "perf", |_| true, unknown).is_empty());
@@ -415,21 +408,9 @@ mod tests {
         w.observe("db", "otlp_grpc", Some(7), &[call(1)], t0);
         assert!(due_all(&mut w, t0 + Duration::from_secs(60)).is_empty());
         // A record stamped two hours ahead, then the target's usual ones.
-        w.observe("db", "perf", Some(7), &[call(7_200_000_000_000)], t0);
-        w.observe(
-            "db",
-            "perf",
-            Some(7),
-            &[call(5_000)],
-            t0 + Duration::from_secs(15),
-        );
-        w.observe(
-            "db",
-            "perf",
-            Some(7),
-            &[call(6_000)],
-            t0 + Duration::from_secs(30),
-        );
+        seen(&mut w, 7_200_000_000_000, t0);
+        seen(&mut w, 5_000, t0 + Duration::from_secs(15));
+        seen(&mut w, 6_000, t0 + Duration::from_secs(30));
         assert!(due_all(&mut w, t0 + Duration::from_secs(45)).is_empty());
     }
 }
