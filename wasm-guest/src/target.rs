@@ -1200,11 +1200,9 @@ impl Target {
             // go on calling, and a frozen one's last records, as perf delivers them, leave
             // most threads in their usual waits. A silent target its host saw asleep
             // did not stop: it waits (an idle nginx has no periodic thread at all).
-            let stuck = self.lasting_inflight(t, seen, &stops).filter(|e| {
-                e.key == GAP_KEY
-                    || stops.silent_since.is_some() && !stops.asleep
-                    || !(usual_wait(t, e.key, &self.d) || parked_after_close(t))
-            });
+            let stuck = self
+                .lasting_inflight(t, seen, &stops)
+                .filter(|e| self.stuck_by_fault(t, e, &stops));
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
             for e in t
                 .episodes
@@ -1336,8 +1334,9 @@ impl Target {
         let (mut active, mut active_io) = (0u64, 0u64);
         if let Some(t0) = t0 {
             let (lo, hi) = (t0 / d.bin_ns, t0.saturating_add(d.alpha_ns) / d.bin_ns);
-            // Threads under the activity floor that were tested and went on unaffected:
-            // (calls over α after T0, tested on I/O).
+            // Threads outside τ's population that went on unaffected, under the activity
+            // floor or not yet tested (no baseline learned): (calls over α after T0,
+            // tested on I/O).
             let mut quiet: Vec<(u64, bool)> = Vec::new();
             // The fewest calls over the α before T0 of a stopped thread that joined the
             // population below the floor.
@@ -1353,7 +1352,17 @@ impl Target {
                     }
                 }
                 let affected = first(t, t0);
-                if affected.is_none() && !busy && calls_after > 0 && t.tested().any(lo, hi) {
+                // Untested (no baseline of its own yet), it went on only if it was as
+                // busy before the onset: a thread the onset started or woke says
+                // nothing. (Slowed, it would have shown outliers against the pooled
+                // baselines, as far as a stop could be seen at all.) Not on I/O: none of
+                // its channels was tested, so filtering mode's population leaves it out.
+                let untested_busy = busy
+                    && !testable
+                    && self.calls_between(t, t0.saturating_sub(d.alpha_ns), t0)
+                        >= f64::from(self.params.min_active_calls);
+                let tested_quiet = !busy && t.tested().any(lo, hi);
+                if affected.is_none() && calls_after > 0 && (untested_busy || tested_quiet) {
                     quiet.push((calls_after, t.tested_io().any(lo, hi)));
                 }
                 if let Some((e, persistence, stuck)) = affected {
@@ -1429,6 +1438,11 @@ impl Target {
             // belong to it too. Measured: a PostgreSQL table lock stopped the 4 TPC-B
             // backends (118–134 calls/s before), while 7 select-only backends at
             // 106–173 calls/s went on, all under the 200 calls/s floor: τ read 4 of 4.
+            // Likewise busy threads with no baseline yet: a stop needs none to show (the
+            // stopped threads' calls were judged by the pooled baseline), and going on at
+            // their pace they showed none. Measured: 30 s after a MariaDB started, too
+            // soon for the sessions' own baselines, row locks stopped 2 of 6 sysbench
+            // sessions while 4 went on at 570–670 calls/s: τ read 2 of 2, external.
             if let Some(floor) = stopped_floor {
                 for &(_, io) in quiet.iter().filter(|(c, _)| *c >= floor.max(1)) {
                     active += 1;
@@ -1656,6 +1670,19 @@ impl Target {
         })
     }
 
+    /// Whether `t`'s call in flight (`e`, from [`Self::lasting_inflight`]) stopped it
+    /// rather than ended its work: not the call it normally waits in (see `usual_wait`:
+    /// for its clients, or for a pool's next task), nor one it parked in right after
+    /// closing a connection (see `parked_after_close`), unless the whole target stopped
+    /// (`stops`). One rule for the outliers and the on-demand lone stop: the lone stop
+    /// once left out only the usual wait, and a MariaDB whose clients left read external
+    /// on demand, τ 1 of 1, with its six parked sessions as the "stopped" thread.
+    fn stuck_by_fault(&self, t: &Thread, e: &Episode, stops: &Stops) -> bool {
+        e.key == GAP_KEY
+            || stops.silent_since.is_some() && !stops.asleep
+            || !(usual_wait(t, e.key, &self.d) || parked_after_close(t))
+    }
+
     /// When a busy thread stopped for good in `[lo, to]`: still stuck in its call (see
     /// [`Self::lasting_inflight`]), or blocked or stalled and it stayed stopped.
     fn lasting_stop(
@@ -1666,7 +1693,7 @@ impl Target {
     ) -> Option<u64> {
         let stuck = self
             .lasting_inflight(t, seen, stops)
-            .filter(|e| e.busy && e.alarm_ns >= lo && !usual_wait(t, e.key, &self.d))
+            .filter(|e| e.busy && e.alarm_ns >= lo && self.stuck_by_fault(t, e, stops))
             .map(|e| e.alarm_ns);
         let stopped = t
             .episodes

@@ -534,6 +534,55 @@ fn threads_that_go_on_at_a_stopped_threads_pace_count_in_the_population() {
     assert_eq!(r.active_threads, 7, "{r:#?}");
 }
 
+/// The same lock before the threads' own baselines are trusted (4 clean epochs asked
+/// for, 40 s at the lock; as in a service's first seconds under faultline): the blocked
+/// threads are still seen stopped (a stop needs no baseline of their own), and the busy
+/// threads that went on, never tested, must join the population as well, or 4 stuck
+/// threads read as 4 of 4 (external). Measured on a MariaDB 30 s after it started: row
+/// locks stopped 2 of 6 sysbench sessions, read 2 of 2.
+#[test]
+fn busy_threads_with_no_baseline_yet_that_go_on_count_in_the_population() {
+    let params = Params {
+        min_baseline_epochs: 4,
+        ..Params::default()
+    };
+    let (_, mut engine) = run_events_with(&lock_stream(), params);
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
+    assert_eq!(r.active_threads, 7, "{r:#?}");
+}
+
+/// The same young target with one more thread that starts right after the onset (41 s,
+/// when the blocked calls turn stuck), as busy as the others (a pool growing, a session
+/// connecting): it did not go on through the onset, so it says nothing of whether the
+/// fault reached everyone, and is not in the population.
+#[test]
+fn a_busy_thread_that_began_at_the_onset_is_not_counted_unaffected() {
+    let params = Params {
+        min_baseline_epochs: 4,
+        ..Params::default()
+    };
+    let mut events = lock_stream();
+    // Thread 204's calls from 41.5 s on, 0.3 ms later, as thread 207.
+    let twin: Vec<SyscallEvent> = events
+        .iter()
+        .filter(|e| e.tid == 204 && e.ts_ns >= 41_500_000_000)
+        .map(|e| SyscallEvent {
+            tid: 207,
+            ts_ns: e.ts_ns + 300_000,
+            ..*e
+        })
+        .collect();
+    events.extend(twin);
+    events.sort_by_key(|e| e.ts_ns);
+    let (_, mut engine) = run_events_with(&events, params);
+    let r = engine.trigger("svc", 45_000_000_000).expect("report");
+    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+    assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
+    assert_eq!(r.active_threads, 7, "{r:#?}");
+}
+
 /// Threads blocked by a lock make no calls after it, so they are never "busy" right after
 /// the onset; they still belong to the population τ is a share of. Counting only the busy
 /// ones, 4 stuck threads over 3 busy read as τ = 1 (external).
