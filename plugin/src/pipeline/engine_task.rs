@@ -65,6 +65,9 @@ pub struct EngineTask {
     counters_fetched: Option<Instant>,
     triggers: TriggerWait,
     engine_warnings: WarnLimit,
+    /// Silent targets left waiting for a reading of their threads (see
+    /// [`silence::PROBE_BUDGET`]): a warning per interval, not per check.
+    deferred_warnings: WarnLimit,
     /// One per sink (same order): a sink that fails on every report (a full disk) would
     /// otherwise log once per report, and one sink's failures must not hide another's.
     sink_warnings: Vec<WarnLimit>,
@@ -114,6 +117,7 @@ impl EngineTask {
             counters_fetched: None,
             triggers: TriggerWait::new(trigger_wait),
             engine_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
+            deferred_warnings: WarnLimit::new(ENGINE_WARN_EVERY),
             sink_warnings,
             silence: None,
             silence_checked: Instant::now(),
@@ -315,6 +319,17 @@ impl EngineTask {
             silence::process_exists,
             process_state::stillness,
         );
+        let deferred = watch.deferred();
+        if deferred > 0 {
+            if let Some(suppressed) = self.deferred_warnings.occurred(now) {
+                let budget = silence::PROBE_BUDGET;
+                tracing::warn!(
+                    deferred,
+                    suppressed,
+                    "silent targets wait for a first reading of their threads: the budget of {budget} threads read a second is spent; their clocks move once read"
+                );
+            }
+        }
         if due.is_empty() {
             return;
         }

@@ -33,9 +33,24 @@ pub const MAX_TASKS: usize = 4096;
 /// interruptible sleep happens there, a signal or ptrace stop shows as `T`/`t`).
 const FREEZER_WAITS: [&str; 3] = ["__refrigerator", "do_freezer_trap", "get_signal"];
 
+/// A reading of a silent target's threads, and what it cost, charged to the watch's
+/// budget (see [`super::silence::PROBE_BUDGET`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    pub still: Stillness,
+    /// In thread reads (two small files each): the threads looked at, plus
+    /// [`PROCESS_COST`] per process and one [`PROCESS_COST`] for the mount table.
+    pub cost: usize,
+}
+
+/// What reading a process's task list and cgroup freezers costs, and the mount table,
+/// in thread reads: a host of many small silent targets pays for these more than for
+/// their threads.
+pub const PROCESS_COST: usize = 2;
+
 /// How the threads of processes `pids` stand, from the machine's `/proc` (as
 /// [`super::silence::SilenceWatch::due`] asks it).
-pub fn stillness(pids: &[u32]) -> Stillness {
+pub fn stillness(pids: &[u32]) -> Probe {
     let mounts = std::fs::read_to_string("/proc/self/mountinfo")
         .map(|m| CgroupMounts::parse(&m))
         .unwrap_or_default();
@@ -46,45 +61,56 @@ pub fn stillness(pids: &[u32]) -> Stillness {
 /// hierarchies at `mounts`. Asleep only when at least one live thread was read and
 /// every one sleeps interruptibly outside a freezer; processes that are gone are
 /// skipped (they exited: not held), and so are zombie threads (a process killed
-/// outright leaves only its zombie leader: dead, not idle).
+/// outright leaves only its zombie leader: dead, not idle). The first thread not
+/// asleep ends the reading.
 pub fn stillness_in(
     proc_root: &Path,
     mounts: &CgroupMounts,
     pids: impl IntoIterator<Item = u32>,
-) -> Stillness {
+) -> Probe {
     let (mut read, mut seen) = (0usize, 0usize);
+    // The mount table, read by the caller.
+    let mut overhead = PROCESS_COST;
+    let unknown = |seen: usize, overhead: usize| Probe {
+        still: Stillness::Unknown,
+        cost: seen + overhead,
+    };
     for pid in pids {
+        overhead += PROCESS_COST;
         let dir = proc_root.join(pid.to_string());
         let entries = match std::fs::read_dir(dir.join("task")) {
             Ok(e) => e,
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
             // Unreadable (hidepid, out of descriptors): not known to be asleep.
-            Err(_) => return Stillness::Unknown,
+            Err(_) => return unknown(seen, overhead),
         };
         if mounts.frozen(&dir) {
-            return Stillness::Unknown;
+            return unknown(seen, overhead);
         }
         for entry in entries {
             let Ok(entry) = entry else {
-                return Stillness::Unknown;
+                return unknown(seen, overhead);
             };
             seen += 1;
             if seen > MAX_TASKS {
-                return Stillness::Unknown;
+                return unknown(seen, overhead);
             }
             match task_asleep(&entry.path()) {
                 Some(Task::Asleep) => read += 1,
                 Some(Task::Dead) => {}
                 // A thread that exited between the listing and the read is no thread.
                 None if !entry.path().exists() => {}
-                _ => return Stillness::Unknown,
+                _ => return unknown(seen, overhead),
             }
         }
     }
     if read == 0 {
-        Stillness::Unknown
+        unknown(seen, overhead)
     } else {
-        Stillness::Asleep
+        Probe {
+            still: Stillness::Asleep,
+            cost: seen + overhead,
+        }
     }
 }
 
@@ -254,7 +280,7 @@ mod tests {
         }
 
         fn read(&self, mounts: &CgroupMounts, pids: &[u32]) -> Stillness {
-            stillness_in(&self.root, mounts, pids.iter().copied())
+            stillness_in(&self.root, mounts, pids.iter().copied()).still
         }
     }
 
@@ -273,6 +299,11 @@ mod tests {
         // A process that is gone is skipped; none left at all is unknown.
         assert_eq!(p.read(&m, &[40, 41]), Stillness::Asleep);
         assert_eq!(p.read(&m, &[41]), Stillness::Unknown);
+        // What a reading cost: the threads it looked at, the processes and the mounts.
+        assert_eq!(
+            stillness_in(&p.root, &m, [40, 41]).cost,
+            2 + 3 * PROCESS_COST
+        );
     }
 
     #[test]
@@ -353,7 +384,7 @@ mod tests {
     fn reads(pid: u32, want: Stillness) -> bool {
         (0..200).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(10));
-            stillness(&[pid]) == want
+            stillness(&[pid]).still == want
         })
     }
 

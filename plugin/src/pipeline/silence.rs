@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 
 use faultline_engine::{Stillness, SyscallEvent};
 
+use super::process_state::Probe;
+
 /// How often the engine task asks for due advances, whatever else it is doing (a
 /// busy target must not keep a silent one from being reported on).
 pub const CHECK_EVERY: Duration = Duration::from_secs(1);
@@ -44,6 +46,19 @@ const PIDS_KEPT: usize = 16;
 /// How long a reading of a silent target's processes' states is reused: reading them
 /// costs two small files per thread, and silences (idle nights) last.
 const PROBE_EVERY: Duration = Duration::from_secs(5);
+
+/// Threads read per second at most, on average over all silent targets (a reading's
+/// [`Probe::cost`]): the reads run on the engine's thread, and cost about 25 µs a thread
+/// (`stat` and `wchan` of 4,000 sleeping threads of one process: 95 ms on this project's
+/// 2-core test box), so a host of many large idle targets must not spend its seconds
+/// reading `/proc`. A credit of one second's budget at most; a reading starts while any
+/// is left and may overdraw it (a target of [`super::process_state::MAX_TASKS`] threads
+/// is read whole), the debt paid by the next seconds. Readings are taken in the order
+/// they fell due; a target left over keeps its last reading until its turn, and one never
+/// read waits for its first (its clock stays put rather than move under a reading nobody
+/// took). So a reading is at most about 5 s plus (threads of the silent targets) / 2,048
+/// seconds old: 5 s while they have under 10,000 threads in all.
+pub const PROBE_BUDGET: usize = 2048;
 
 /// A batch whose latest record is this far from the target's latest (the engine's clock
 /// screen's hour) restarts the watch: a record stamped far off, or a source clock that
@@ -91,6 +106,12 @@ pub struct SilenceWatch {
     targets: HashMap<String, Seen>,
     /// The router's target cap: the map never holds more names than the engine does.
     max_targets: usize,
+    /// See [`Self::deferred`].
+    deferred: usize,
+    /// Threads that may still be read ([`PROBE_BUDGET`]; negative: overdrawn), as of
+    /// `credited`.
+    credit: f64,
+    credited: Option<Instant>,
 }
 
 impl SilenceWatch {
@@ -102,6 +123,9 @@ impl SilenceWatch {
             sources,
             targets: HashMap::new(),
             max_targets,
+            deferred: 0,
+            credit: 0.0,
+            credited: None,
         }
     }
 
@@ -159,62 +183,104 @@ impl SilenceWatch {
 
     /// The targets silent for at least `after` at `now` whose capture is still
     /// `running` and of which a process still `exists`, each with the event time its
-    /// clock may move to and how the pids of those processes stand (`still`; see
-    /// [`super::process_state`]), sorted by name, so runs are reproducible.
+    /// clock may move to and how the pids of those processes stand (`probe`, within
+    /// [`PROBE_BUDGET`]; see [`super::process_state`]), sorted by name, so runs are
+    /// reproducible. Targets left waiting for a first reading are counted in
+    /// [`Self::deferred`].
     pub fn due(
         &mut self,
         now: Instant,
         running: impl Fn(&'static str) -> bool,
         exists: impl Fn(Process) -> bool,
-        still: impl Fn(&[u32]) -> Stillness,
+        mut probe: impl FnMut(&[u32]) -> Probe,
     ) -> Vec<Due> {
-        let mut due: Vec<Due> = self
-            .targets
-            .iter_mut()
-            .filter_map(|(name, seen)| {
-                let silent = now.checked_duration_since(seen.arrived)?;
-                if silent < self.after || !running(seen.source) {
-                    return None;
+        // (name, its processes still there: empty when they cannot be read)
+        let mut silent: Vec<(&String, &mut Seen, Vec<u32>)> = Vec::new();
+        for (name, seen) in self.targets.iter_mut() {
+            let Some(quiet) = now.checked_duration_since(seen.arrived) else {
+                continue;
+            };
+            if quiet < self.after || !running(seen.source) {
+                continue;
+            }
+            // Without a pid (a source that names none) nothing says it exited, nor
+            // how it stands.
+            let alive: Vec<Process> = seen
+                .processes
+                .iter()
+                .copied()
+                .filter(|&p| exists(p))
+                .collect();
+            if !seen.processes.is_empty() && alive.is_empty() {
+                continue;
+            }
+            // A process whose start time was never read may be another by now.
+            let readable = !alive.is_empty() && alive.iter().all(|p| p.start.is_some());
+            let pids = if readable {
+                alive.iter().map(|p| p.pid).collect()
+            } else {
+                Vec::new()
+            };
+            silent.push((name, seen, pids));
+        }
+        let stale = |seen: &Seen| {
+            seen.probed
+                .is_none_or(|(at, _)| now.saturating_duration_since(at) >= PROBE_EVERY)
+        };
+        // Readings in the order they fell due: a target never read since it fell silent
+        // from when it did, a stale one from when its reading aged. Not "never read
+        // first": targets that fall silent again and again would keep one whose
+        // silence lasts from ever being read.
+        let after = self.after;
+        let order = |(name, seen, _): &(&String, &mut Seen, Vec<u32>)| {
+            let since = match seen.probed {
+                None => seen.arrived.checked_add(after),
+                Some((at, _)) => at.checked_add(PROBE_EVERY),
+            };
+            (since.unwrap_or(seen.arrived), (*name).clone())
+        };
+        silent.sort_by_cached_key(order);
+        let per_second = PROBE_BUDGET as f64;
+        let secs = self
+            .credited
+            .map_or(1.0, |at| now.saturating_duration_since(at).as_secs_f64());
+        self.credit = (self.credit + secs * per_second).min(per_second);
+        self.credited = Some(self.credited.map_or(now, |at| at.max(now)));
+        self.deferred = 0;
+        let mut due = Vec::new();
+        for (name, seen, pids) in silent {
+            if !pids.is_empty() && stale(seen) && self.credit > 0.0 {
+                let p = probe(&pids);
+                self.credit -= p.cost as f64;
+                seen.probed = Some((now, p.still));
+            }
+            let reading = match seen.probed {
+                Some((_, s)) if !pids.is_empty() => s,
+                None if !pids.is_empty() => {
+                    self.deferred += 1;
+                    continue;
                 }
-                // Without a pid (a source that names none) nothing says it exited, nor
-                // how it stands.
-                let alive: Vec<Process> = seen
-                    .processes
-                    .iter()
-                    .copied()
-                    .filter(|&p| exists(p))
-                    .collect();
-                if !seen.processes.is_empty() && alive.is_empty() {
-                    return None;
-                }
-                // A process whose start time was never read may be another by now.
-                let readable = !alive.is_empty() && alive.iter().all(|p| p.start.is_some());
-                let fresh = seen
-                    .probed
-                    .filter(|(at, _)| now.saturating_duration_since(*at) < PROBE_EVERY);
-                let reading = match fresh {
-                    Some((_, s)) => s,
-                    None if readable => {
-                        let pids: Vec<u32> = alive.iter().map(|p| p.pid).collect();
-                        let s = still(&pids);
-                        seen.probed = Some((now, s));
-                        s
-                    }
-                    None => Stillness::Unknown,
-                };
-                let news = seen.told != Some(reading);
-                seen.told = Some(reading);
-                let ns = u64::try_from(silent.as_nanos()).unwrap_or(u64::MAX);
-                Some(Due {
-                    target: name.clone(),
-                    now_ns: seen.latest_ns.saturating_add(ns),
-                    still: reading,
-                    news,
-                })
-            })
-            .collect();
+                _ => Stillness::Unknown,
+            };
+            let news = seen.told != Some(reading);
+            seen.told = Some(reading);
+            let quiet = now.saturating_duration_since(seen.arrived);
+            let ns = u64::try_from(quiet.as_nanos()).unwrap_or(u64::MAX);
+            due.push(Due {
+                target: name.clone(),
+                now_ns: seen.latest_ns.saturating_add(ns),
+                still: reading,
+                news,
+            });
+        }
         due.sort_by(|a, b| a.target.cmp(&b.target));
         due
+    }
+
+    /// Silent targets the latest [`Self::due`] left waiting for a first reading of their
+    /// threads ([`PROBE_BUDGET`] spent): their clocks did not move this check.
+    pub fn deferred(&self) -> usize {
+        self.deferred
     }
 }
 
@@ -264,8 +330,12 @@ mod tests {
         SyscallEvent::complete(7, 7, SyscallId::from_name("read"), ts_ns, 1_000)
     }
 
+    fn probe(still: Stillness, cost: usize) -> Probe {
+        Probe { still, cost }
+    }
+
     fn due_all(w: &mut SilenceWatch, now: Instant) -> Vec<Due> {
-        w.due(now, |_| true, |_| true, |_| Stillness::Unknown)
+        w.due(now, |_| true, |_| true, |_| probe(Stillness::Unknown, 1))
     }
 
     /// A perf batch of one call at `ts_ns` from process 7 of target "db", arrived `at`.
@@ -312,7 +382,7 @@ mod tests {
         let mut w = watch(20, 8);
         seen(&mut w, 1, t0);
         w.observe("db", "perf", Some(8), &[call(2)], t0);
-        let unknown = |_: &[u32]| Stillness::Unknown;
+        let unknown = |_: &[u32]| probe(Stillness::Unknown, 1);
         assert!(w.due(later, |s| s != "perf", |_| true, unknown).is_empty());
         assert!(w.due(later, |_| true, |_| false, unknown).is_empty());
         // One of its processes is left: still the target, silent.
@@ -330,7 +400,7 @@ mod tests {
         let asked = std::cell::RefCell::new(Vec::new());
         let still = |pids: &[u32]| {
             asked.borrow_mut().push(pids.to_vec());
-            Stillness::Asleep
+            probe(Stillness::Asleep, 1)
         };
         let at = |s| t0 + Duration::from_secs(s);
         let due = w.due(at(60), |_| true, |p| p.pid == own, still);
@@ -354,6 +424,82 @@ mod tests {
         let due = w.due(at(60), |_| true, |_| true, still);
         assert_eq!(due.first().map(|d| d.still), Some(Stillness::Unknown));
         assert_eq!(asked.borrow().len(), 3);
+    }
+
+    #[test]
+    fn readings_stay_within_the_budget_oldest_first_and_a_target_never_read_waits() {
+        let t0 = Instant::now();
+        let own = std::process::id();
+        let mut w = watch(20, 8);
+        for name in ["a", "b", "c"] {
+            w.observe(name, "perf", Some(own), &[call(1)], t0);
+        }
+        let asked = std::cell::RefCell::new(Vec::new());
+        // Each reading costs over half the budget: two fit in a check.
+        let costly = |pids: &[u32]| {
+            asked.borrow_mut().push(pids.len());
+            probe(Stillness::Asleep, PROBE_BUDGET / 2 + 1)
+        };
+        let at = |s| t0 + Duration::from_secs(s);
+        let names = |d: &[Due]| d.iter().map(|d| d.target.clone()).collect::<Vec<_>>();
+        let due = w.due(at(30), |_| true, |_| true, costly);
+        assert_eq!(names(&due), ["a", "b"], "c waits for its first reading");
+        assert_eq!((asked.borrow().len(), w.deferred()), (2, 1));
+        // Next check: a and b's readings are fresh, c is read.
+        let due = w.due(at(31), |_| true, |_| true, costly);
+        assert_eq!(names(&due), ["a", "b", "c"]);
+        assert_eq!((asked.borrow().len(), w.deferred()), (3, 0));
+        // All stale: the two oldest are read again, c keeps its last reading meanwhile.
+        let due = w.due(at(36), |_| true, |_| true, costly);
+        assert_eq!(due.len(), 3);
+        assert!(due.iter().all(|d| d.still == Stillness::Asleep));
+        assert_eq!(asked.borrow().len(), 5);
+        w.due(at(37), |_| true, |_| true, costly);
+        assert_eq!(asked.borrow().len(), 6, "then c, the oldest");
+    }
+
+    #[test]
+    fn a_target_silent_for_long_is_read_before_targets_that_fell_silent_since() {
+        // Each reading takes the whole budget. Targets a0, a1, … fall silent a second
+        // apart; z fell silent with a0 and lost the tie on its name. Never-read targets
+        // taken by name, z would wait for ever.
+        let t0 = Instant::now();
+        let own = std::process::id();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut w = watch(20, 8);
+        w.observe("z", "perf", Some(own), &[call(1)], t0);
+        let read = std::cell::Cell::new(0);
+        let whole = |_: &[u32]| {
+            read.set(read.get() + 1);
+            probe(Stillness::Asleep, PROBE_BUDGET + 1)
+        };
+        let mut z_due = Vec::new();
+        for k in 0..4u64 {
+            w.observe(&format!("a{k}"), "perf", Some(own), &[call(1)], at(k));
+            let due = w.due(at(20 + k), |_| true, |_| true, whole);
+            z_due.push(due.iter().any(|d| d.target == "z"));
+        }
+        assert_eq!(z_due, [false, true, true, true]);
+    }
+
+    #[test]
+    fn a_reading_over_the_budget_is_taken_whole_and_paid_for() {
+        // Three seconds' budget in one reading: the next target waits until the debt
+        // is paid.
+        let t0 = Instant::now();
+        let own = std::process::id();
+        let at = |s| t0 + Duration::from_secs(s);
+        let mut w = watch(20, 8);
+        w.observe("big", "perf", Some(own), &[call(1)], t0);
+        w.observe("small", "perf", Some(own), &[call(1)], t0);
+        let read = |pids: &[u32]| probe(Stillness::Asleep, 3 * PROBE_BUDGET * pids.len());
+        let deferred: Vec<usize> = (20..24)
+            .map(|s| {
+                w.due(at(s), |_| true, |_| true, read);
+                w.deferred()
+            })
+            .collect();
+        assert_eq!(deferred, [1, 1, 1, 0]);
     }
 
     #[test]
