@@ -527,30 +527,38 @@ fn paced_blocking_stream(
 /// PostgreSQL table lock: 4 TPC-B backends stopped, 7 select-only ones went on.
 #[test]
 fn threads_that_go_on_at_a_stopped_threads_pace_count_in_the_population() {
-    let (_, mut engine) = run_events(&paced_blocking_stream(200, 4, None, 0x2545_f491, 4.5));
+    let events = paced_blocking_stream(200, 4, None, 0x2545_f491, 4.5);
+    assert_four_of_seven_stopped(&events, Params::default());
+}
+
+/// The answer to an alarm at 45 s about a stream of [`blocking_stream`]'s lock: internal,
+/// the 4 stopped threads directly affected among 7 active.
+fn assert_four_of_seven_stopped(events: &[SyscallEvent], params: Params) {
+    let (_, mut engine) = run_events_with(events, params);
     let r = engine.trigger("svc", 45_000_000_000).expect("report");
     assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
     assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
     assert_eq!(r.active_threads, 7, "{r:#?}");
 }
 
-/// The same lock before the threads' own baselines are trusted (4 clean epochs asked
-/// for, 40 s at the lock; as in a service's first seconds under faultline): the blocked
+/// Parameters under which [`lock_stream`]'s threads have no baseline of their own trusted
+/// at the lock (4 clean epochs asked for, 40 s at the lock).
+fn young() -> Params {
+    Params {
+        min_baseline_epochs: 4,
+        ..Params::default()
+    }
+}
+
+/// The same lock before the threads' own baselines are trusted ([`young`]; as in a
+/// service's first seconds under faultline): the blocked
 /// threads are still seen stopped (a stop needs no baseline of their own), and the busy
 /// threads that went on, never tested, must join the population as well, or 4 stuck
 /// threads read as 4 of 4 (external). Measured on a MariaDB 30 s after it started: row
 /// locks stopped 2 of 6 sysbench sessions, read 2 of 2.
 #[test]
 fn busy_threads_with_no_baseline_yet_that_go_on_count_in_the_population() {
-    let params = Params {
-        min_baseline_epochs: 4,
-        ..Params::default()
-    };
-    let (_, mut engine) = run_events_with(&lock_stream(), params);
-    let r = engine.trigger("svc", 45_000_000_000).expect("report");
-    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
-    assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
-    assert_eq!(r.active_threads, 7, "{r:#?}");
+    assert_four_of_seven_stopped(&lock_stream(), young());
 }
 
 /// The same young target with one more thread that starts right after the onset (41 s,
@@ -559,10 +567,6 @@ fn busy_threads_with_no_baseline_yet_that_go_on_count_in_the_population() {
 /// fault reached everyone, and is not in the population.
 #[test]
 fn a_busy_thread_that_began_at_the_onset_is_not_counted_unaffected() {
-    let params = Params {
-        min_baseline_epochs: 4,
-        ..Params::default()
-    };
     let mut events = lock_stream();
     // Thread 204's calls from 41.5 s on, 0.3 ms later, as thread 207.
     let twin: Vec<SyscallEvent> = events
@@ -576,11 +580,7 @@ fn a_busy_thread_that_began_at_the_onset_is_not_counted_unaffected() {
         .collect();
     events.extend(twin);
     events.sort_by_key(|e| e.ts_ns);
-    let (_, mut engine) = run_events_with(&events, params);
-    let r = engine.trigger("svc", 45_000_000_000).expect("report");
-    assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
-    assert_eq!(r.threads.directly_affected, 4, "{r:#?}");
-    assert_eq!(r.active_threads, 7, "{r:#?}");
+    assert_four_of_seven_stopped(&events, young());
 }
 
 /// Threads blocked by a lock make no calls after it, so they are never "busy" right after

@@ -343,6 +343,16 @@ mod tests {
         w.observe("db", "perf", Some(7), &[call(ts_ns)], at);
     }
 
+    /// A watch (silent after 20 s) of targets `names`, each a process of this test's
+    /// (so it exists, its start time readable) that made one call at `t0`.
+    fn fallen_silent(names: &[&str], t0: Instant) -> SilenceWatch {
+        let mut w = watch(20, 8);
+        for name in names {
+            w.observe(name, "perf", Some(std::process::id()), &[call(1)], t0);
+        }
+        w
+    }
+
     fn watch(after_s: u64, max_targets: usize) -> SilenceWatch {
         SilenceWatch::new(Duration::from_secs(after_s), vec!["perf"], max_targets)
     }
@@ -429,11 +439,7 @@ mod tests {
     #[test]
     fn readings_stay_within_the_budget_oldest_first_and_a_target_never_read_waits() {
         let t0 = Instant::now();
-        let own = std::process::id();
-        let mut w = watch(20, 8);
-        for name in ["a", "b", "c"] {
-            w.observe(name, "perf", Some(own), &[call(1)], t0);
-        }
+        let mut w = fallen_silent(&["a", "b", "c"], t0);
         let asked = std::cell::RefCell::new(Vec::new());
         // Each reading costs over half the budget: two fit in a check.
         let costly = |pids: &[u32]| {
@@ -464,17 +470,12 @@ mod tests {
         // apart; z fell silent with a0 and lost the tie on its name. Never-read targets
         // taken by name, z would wait for ever.
         let t0 = Instant::now();
-        let own = std::process::id();
         let at = |s| t0 + Duration::from_secs(s);
-        let mut w = watch(20, 8);
-        w.observe("z", "perf", Some(own), &[call(1)], t0);
-        let read = std::cell::Cell::new(0);
-        let whole = |_: &[u32]| {
-            read.set(read.get() + 1);
-            probe(Stillness::Asleep, PROBE_BUDGET + 1)
-        };
+        let mut w = fallen_silent(&["z"], t0);
+        let whole = |_: &[u32]| probe(Stillness::Asleep, PROBE_BUDGET + 1);
         let mut z_due = Vec::new();
         for k in 0..4u64 {
+            let own = std::process::id();
             w.observe(&format!("a{k}"), "perf", Some(own), &[call(1)], at(k));
             let due = w.due(at(20 + k), |_| true, |_| true, whole);
             z_due.push(due.iter().any(|d| d.target == "z"));
@@ -487,11 +488,8 @@ mod tests {
         // Three seconds' budget in one reading: the next target waits until the debt
         // is paid.
         let t0 = Instant::now();
-        let own = std::process::id();
         let at = |s| t0 + Duration::from_secs(s);
-        let mut w = watch(20, 8);
-        w.observe("big", "perf", Some(own), &[call(1)], t0);
-        w.observe("small", "perf", Some(own), &[call(1)], t0);
+        let mut w = fallen_silent(&["big", "small"], t0);
         let read = |pids: &[u32]| probe(Stillness::Asleep, 3 * PROBE_BUDGET * pids.len());
         let deferred: Vec<usize> = (20..24)
             .map(|s| {
