@@ -313,13 +313,13 @@ impl EngineTask {
         };
         // Timed from here: reading the processes' states is part of the analysis.
         let started = Instant::now();
-        let due = watch.due(
+        let check = watch.due(
             now,
             running,
             silence::process_exists,
             process_state::stillness,
         );
-        let deferred = watch.deferred();
+        let (due, deferred) = (check.due, check.deferred);
         if deferred > 0 {
             if let Some(suppressed) = self.deferred_warnings.occurred(now) {
                 let budget = silence::PROBE_BUDGET;

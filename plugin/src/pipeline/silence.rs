@@ -97,6 +97,16 @@ pub struct Due {
     pub news: bool,
 }
 
+/// What one [`SilenceWatch::due`] check found.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DueCheck {
+    /// The targets whose clocks may move on, sorted by name.
+    pub due: Vec<Due>,
+    /// Silent targets left waiting for a first reading of their threads
+    /// ([`PROBE_BUDGET`] spent): their clocks do not move this check.
+    pub deferred: usize,
+}
+
 /// Per-target latest record times, for the targets the engine was fed.
 #[derive(Debug)]
 pub struct SilenceWatch {
@@ -106,8 +116,6 @@ pub struct SilenceWatch {
     targets: HashMap<String, Seen>,
     /// The router's target cap: the map never holds more names than the engine does.
     max_targets: usize,
-    /// See [`Self::deferred`].
-    deferred: usize,
     /// Threads that may still be read ([`PROBE_BUDGET`]; negative: overdrawn), as of
     /// `credited`.
     credit: f64,
@@ -123,7 +131,6 @@ impl SilenceWatch {
             sources,
             targets: HashMap::new(),
             max_targets,
-            deferred: 0,
             credit: 0.0,
             credited: None,
         }
@@ -185,15 +192,14 @@ impl SilenceWatch {
     /// `running` and of which a process still `exists`, each with the event time its
     /// clock may move to and how the pids of those processes stand (`probe`, within
     /// [`PROBE_BUDGET`]; see [`super::process_state`]), sorted by name, so runs are
-    /// reproducible. Targets left waiting for a first reading are counted in
-    /// [`Self::deferred`].
+    /// reproducible; and how many were left waiting for a first reading.
     pub fn due(
         &mut self,
         now: Instant,
         running: impl Fn(&'static str) -> bool,
         exists: impl Fn(Process) -> bool,
         mut probe: impl FnMut(&[u32]) -> Probe,
-    ) -> Vec<Due> {
+    ) -> DueCheck {
         // (name, its processes still there: empty when they cannot be read)
         let mut silent: Vec<(&String, &mut Seen, Vec<u32>)> = Vec::new();
         for (name, seen) in self.targets.iter_mut() {
@@ -246,8 +252,7 @@ impl SilenceWatch {
             .map_or(1.0, |at| now.saturating_duration_since(at).as_secs_f64());
         self.credit = (self.credit + secs * per_second).min(per_second);
         self.credited = Some(self.credited.map_or(now, |at| at.max(now)));
-        self.deferred = 0;
-        let mut due = Vec::new();
+        let mut check = DueCheck::default();
         for (name, seen, pids) in silent {
             if !pids.is_empty() && stale(seen) && self.credit > 0.0 {
                 let p = probe(&pids);
@@ -257,7 +262,7 @@ impl SilenceWatch {
             let reading = match seen.probed {
                 Some((_, s)) if !pids.is_empty() => s,
                 None if !pids.is_empty() => {
-                    self.deferred += 1;
+                    check.deferred += 1;
                     continue;
                 }
                 _ => Stillness::Unknown,
@@ -266,21 +271,15 @@ impl SilenceWatch {
             seen.told = Some(reading);
             let quiet = now.saturating_duration_since(seen.arrived);
             let ns = u64::try_from(quiet.as_nanos()).unwrap_or(u64::MAX);
-            due.push(Due {
+            check.due.push(Due {
                 target: name.clone(),
                 now_ns: seen.latest_ns.saturating_add(ns),
                 still: reading,
                 news,
             });
         }
-        due.sort_by(|a, b| a.target.cmp(&b.target));
-        due
-    }
-
-    /// Silent targets the latest [`Self::due`] left waiting for a first reading of their
-    /// threads ([`PROBE_BUDGET`] spent): their clocks did not move this check.
-    pub fn deferred(&self) -> usize {
-        self.deferred
+        check.due.sort_by(|a, b| a.target.cmp(&b.target));
+        check
     }
 }
 
@@ -336,6 +335,7 @@ mod tests {
 
     fn due_all(w: &mut SilenceWatch, now: Instant) -> Vec<Due> {
         w.due(now, |_| true, |_| true, |_| probe(Stillness::Unknown, 1))
+            .due
     }
 
     /// A perf batch of one call at `ts_ns` from process 7 of target "db", arrived `at`.
@@ -393,10 +393,13 @@ mod tests {
         seen(&mut w, 1, t0);
         w.observe("db", "perf", Some(8), &[call(2)], t0);
         let unknown = |_: &[u32]| probe(Stillness::Unknown, 1);
-        assert!(w.due(later, |s| s != "perf", |_| true, unknown).is_empty());
-        assert!(w.due(later, |_| true, |_| false, unknown).is_empty());
+        assert!(w
+            .due(later, |s| s != "perf", |_| true, unknown)
+            .due
+            .is_empty());
+        assert!(w.due(later, |_| true, |_| false, unknown).due.is_empty());
         // One of its processes is left: still the target, silent.
-        assert_eq!(w.due(later, |_| true, |p| p.pid == 7, unknown).len(), 1);
+        assert_eq!(w.due(later, |_| true, |p| p.pid == 7, unknown).due.len(), 1);
     }
 
     #[test]
@@ -413,25 +416,25 @@ mod tests {
             probe(Stillness::Asleep, 1)
         };
         let at = |s| t0 + Duration::from_secs(s);
-        let due = w.due(at(60), |_| true, |p| p.pid == own, still);
+        let due = w.due(at(60), |_| true, |p| p.pid == own, still).due;
         assert_eq!(due.first().map(|d| d.still), Some(Stillness::Asleep));
         assert_eq!(*asked.borrow(), vec![vec![own]]);
         // Read again only after PROBE_EVERY; a new record drops the reading. Only the
         // first advance of a silence (or a changed reading) is news.
         assert_eq!(due.first().map(|d| d.news), Some(true));
-        let due = w.due(at(62), |_| true, |p| p.pid == own, still);
+        let due = w.due(at(62), |_| true, |p| p.pid == own, still).due;
         assert_eq!(due.first().map(|d| d.news), Some(false));
         assert_eq!(asked.borrow().len(), 1);
         w.due(at(66), |_| true, |p| p.pid == own, still);
         assert_eq!(asked.borrow().len(), 2);
         w.observe("db", "perf", Some(own), &[call(3)], at(66));
-        let due = w.due(at(90), |_| true, |p| p.pid == own, still);
+        let due = w.due(at(90), |_| true, |p| p.pid == own, still).due;
         assert_eq!(asked.borrow().len(), 3);
         assert_eq!(due.first().map(|d| d.news), Some(true));
         // A process whose start time was never read may be another by now: not asked.
         let mut w = watch(20, 8);
         w.observe("db", "perf", Some(u32::MAX - 1), &[call(1)], t0);
-        let due = w.due(at(60), |_| true, |_| true, still);
+        let due = w.due(at(60), |_| true, |_| true, still).due;
         assert_eq!(due.first().map(|d| d.still), Some(Stillness::Unknown));
         assert_eq!(asked.borrow().len(), 3);
     }
@@ -448,15 +451,19 @@ mod tests {
         };
         let at = |s| t0 + Duration::from_secs(s);
         let names = |d: &[Due]| d.iter().map(|d| d.target.clone()).collect::<Vec<_>>();
-        let due = w.due(at(30), |_| true, |_| true, costly);
-        assert_eq!(names(&due), ["a", "b"], "c waits for its first reading");
-        assert_eq!((asked.borrow().len(), w.deferred()), (2, 1));
+        let check = w.due(at(30), |_| true, |_| true, costly);
+        assert_eq!(
+            names(&check.due),
+            ["a", "b"],
+            "c waits for its first reading"
+        );
+        assert_eq!((asked.borrow().len(), check.deferred), (2, 1));
         // Next check: a and b's readings are fresh, c is read.
-        let due = w.due(at(31), |_| true, |_| true, costly);
-        assert_eq!(names(&due), ["a", "b", "c"]);
-        assert_eq!((asked.borrow().len(), w.deferred()), (3, 0));
+        let check = w.due(at(31), |_| true, |_| true, costly);
+        assert_eq!(names(&check.due), ["a", "b", "c"]);
+        assert_eq!((asked.borrow().len(), check.deferred), (3, 0));
         // All stale: the two oldest are read again, c keeps its last reading meanwhile.
-        let due = w.due(at(36), |_| true, |_| true, costly);
+        let due = w.due(at(36), |_| true, |_| true, costly).due;
         assert_eq!(due.len(), 3);
         assert!(due.iter().all(|d| d.still == Stillness::Asleep));
         assert_eq!(asked.borrow().len(), 5);
@@ -477,7 +484,7 @@ mod tests {
         for k in 0..4u64 {
             let own = std::process::id();
             w.observe(&format!("a{k}"), "perf", Some(own), &[call(1)], at(k));
-            let due = w.due(at(20 + k), |_| true, |_| true, whole);
+            let due = w.due(at(20 + k), |_| true, |_| true, whole).due;
             z_due.push(due.iter().any(|d| d.target == "z"));
         }
         assert_eq!(z_due, [false, true, true, true]);
@@ -492,10 +499,7 @@ mod tests {
         let mut w = fallen_silent(&["big", "small"], t0);
         let read = |pids: &[u32]| probe(Stillness::Asleep, 3 * PROBE_BUDGET * pids.len());
         let deferred: Vec<usize> = (20..24)
-            .map(|s| {
-                w.due(at(s), |_| true, |_| true, read);
-                w.deferred()
-            })
+            .map(|s| w.due(at(s), |_| true, |_| true, read).deferred)
             .collect();
         assert_eq!(deferred, [1, 1, 1, 0]);
     }
