@@ -147,7 +147,7 @@ def write_results(path, rows, truths, args, versions, otlp):
         if a.get("load_stopped"):
             health += "; load stopped at the fault start (idle case)"
         lines.append(f"| {t['case_id']} | {a['baseline_p50_ms']} → {a['fault_p50_ms']} | {a['baseline_p99_ms']} → {a['fault_p99_ms']} | "
-                     f"{a['baseline_throughput']} → {a['fault_throughput']} | {a['hung_requests']} | {t['events']} | "
+                     f"{a['baseline_throughput']} → {a['fault_throughput']} | {a.get('hung_requests', '—')} | {t['events']} | "
                      f"{t['perf_lost'].get('lost_records', 0)} | {health} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

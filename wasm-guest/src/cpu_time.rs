@@ -29,6 +29,18 @@
 //! that hand the CPU to *another process* far more than before are evidence of an
 //! environment fault whatever τ says ([`NeighbourTest`]), the mirror of the burner.
 //!
+//! Who got the CPU also says whether the CPU was the scarce resource at all. Before a
+//! co-located hog, a server thread that blocks leaves its CPU idle in half or more of its
+//! switches away; under the hog, or a runaway loop, never (measured on Apache, MariaDB
+//! and PostgreSQL: 0.46–0.79 before, 0.00–0.03 under eight CPU hogs or a runaway query).
+//! A disk writer, a memory cap or packet loss makes the threads wait, and the CPU still goes
+//! idle (0.35–0.75 after; not under a memory cap whose reclaim runs in kernel workers,
+//! which take the CPU as a hog would). So an anomaly during which the CPU stopped going idle, and
+//! another process got it, is a CPU-scheduling matter whichever calls slowed: under a hog,
+//! blocking calls such as `fdatasync` grow by the time their threads wait for the CPU
+//! after the disk answered, and their syscall class (disk) would point the wrong way
+//! ([`SaturationTest`]).
+//!
 //! Memory: [`CpuBins`] is 1,544 bytes, allocated only for threads that have such records.
 //!
 //! [`EventKind::OnCpu`]: crate::event::EventKind::OnCpu
@@ -50,6 +62,9 @@ struct CpuBin {
     /// Switches away, of either kind, that handed the CPU to another process's task
     /// (saturating).
     foreign: u8,
+    /// Switches away, of either kind, that left the CPU idle (saturating). In the struct's
+    /// padding: a bin stays 6 bytes.
+    idle: u8,
 }
 
 /// On-CPU share and switches away per bin over the last [`RING_BINS`] bins (the engine's
@@ -79,6 +94,8 @@ pub struct Switches {
     pub blocked: u64,
     /// Of those, switches that handed the CPU to another process's task.
     pub foreign: u64,
+    /// Of those, switches that left the CPU idle.
+    pub idle: u64,
 }
 
 impl Switches {
@@ -105,12 +122,18 @@ impl Switches {
         self.share(self.foreign)
     }
 
+    /// Share of the switches away that left the CPU idle (0 with none).
+    pub fn idle_share(&self) -> f64 {
+        self.share(self.idle)
+    }
+
     /// Sums two spans' counts.
     pub fn plus(self, o: Switches) -> Switches {
         Switches {
             preempted: self.preempted + o.preempted,
             blocked: self.blocked + o.blocked,
             foreign: self.foreign + o.foreign,
+            idle: self.idle + o.idle,
         }
     }
 }
@@ -141,9 +164,8 @@ impl CpuBins {
         }
     }
 
-    /// Counts a switch away from the CPU at `ts_ns`; `foreign` when it handed the CPU to
-    /// another process's task.
-    pub fn switch(&mut self, ts_ns: u64, preempted: bool, foreign: bool, bin_ns: u64) {
+    /// Counts a switch away from the CPU at `ts_ns`, and who got the CPU.
+    pub fn switch(&mut self, ts_ns: u64, preempted: bool, next: NextTask, bin_ns: u64) {
         if let Some(b) = self.bin_mut(ts_ns / bin_ns.max(1)) {
             let n = if preempted {
                 &mut b.preempted
@@ -151,8 +173,10 @@ impl CpuBins {
                 &mut b.blocked
             };
             *n = n.saturating_add(1);
-            if foreign {
-                b.foreign = b.foreign.saturating_add(1);
+            match next {
+                NextTask::OtherProcess => b.foreign = b.foreign.saturating_add(1),
+                NextTask::Idle => b.idle = b.idle.saturating_add(1),
+                NextTask::Own | NextTask::Unknown => {}
             }
         }
     }
@@ -189,6 +213,7 @@ impl CpuBins {
                 preempted: s.preempted + u64::from(b.preempted),
                 blocked: s.blocked + u64::from(b.blocked),
                 foreign: s.foreign + u64::from(b.foreign),
+                idle: s.idle + u64::from(b.idle),
             })
     }
 }
@@ -237,6 +262,51 @@ impl BurnerTest {
             && after >= self.rise * before
             && switches.preempted >= self.spin_min_preemptions.max(1)
             && switches.preempted_share() >= self.spin_preempted
+    }
+}
+
+/// Who got the CPU when a thread of the target left it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NextTask {
+    /// A task of another process.
+    OtherProcess,
+    /// One of the target's own threads.
+    Own,
+    /// The CPU's idle task: nothing else wanted the CPU.
+    Idle,
+    /// The source does not say.
+    Unknown,
+}
+
+/// Whether the CPU was the scarce resource after the onset: the target's threads left
+/// their CPU idle often before (at least [`SaturationTest::IDLE_BEFORE`] of their switches
+/// away) and next to never after (at most [`SaturationTest::IDLE_AFTER`]), and another
+/// process got it (at least the neighbour test's `share` of the switches). Measured (see
+/// the module doc): 0.46–0.79 → 0.00–0.03 under CPU hogs; disk, memory and network
+/// faults 0.35–0.75 after. Constants, not parameters: they separate "often" from "never",
+/// 8–10× apart on every recording, not a tuned threshold.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SaturationTest {
+    /// Minimum share of switches away that handed the CPU to another process after.
+    pub foreign: f64,
+    /// Minimum switches away after the onset.
+    pub min_switches: u64,
+}
+
+impl SaturationTest {
+    /// Idle share of the switches away before the onset that says the CPU was not scarce.
+    pub const IDLE_BEFORE: f64 = 0.2;
+    /// Idle share after the onset that says it was.
+    pub const IDLE_AFTER: f64 = 0.05;
+
+    /// Whether the target's switches away `before` → `after` say the CPU became scarce
+    /// and other processes took it.
+    pub fn saturated(&self, idle_before: f64, after: Switches) -> bool {
+        self.foreign > 0.0
+            && after.total() >= self.min_switches.max(1)
+            && idle_before >= Self::IDLE_BEFORE
+            && after.idle_share() <= Self::IDLE_AFTER
+            && after.foreign_share() >= self.foreign
     }
 }
 
@@ -328,19 +398,26 @@ mod tests {
     #[test]
     fn switches_are_counted_per_bin_and_fall_out_with_the_ring() {
         let mut c = CpuBins::default();
+        let next = |i: u64| match i % 4 {
+            0 | 2 => NextTask::OtherProcess,
+            1 => NextTask::Idle,
+            _ => NextTask::Own,
+        };
         for i in 0..10 {
-            c.switch(5 * BIN + i, true, i % 2 == 0, BIN);
+            c.switch(5 * BIN + i, true, next(i), BIN);
         }
-        c.switch(5 * BIN + 20, false, false, BIN);
-        c.switch(6 * BIN, false, true, BIN);
+        c.switch(5 * BIN + 20, false, NextTask::Unknown, BIN);
+        c.switch(6 * BIN, false, NextTask::OtherProcess, BIN);
         assert_eq!(
             c.switches(5, 5),
             Switches {
                 preempted: 10,
                 blocked: 1,
                 foreign: 5,
+                idle: 3,
             }
         );
+        assert!((c.switches(5, 5).idle_share() - 3.0 / 11.0).abs() < 1e-9);
         assert_eq!(c.switches(5, 6).foreign, 6);
         assert!((c.switches(5, 5).foreign_share() - 5.0 / 11.0).abs() < 1e-9);
         assert_eq!(c.switches(5, 6).blocked, 2);
@@ -348,14 +425,16 @@ mod tests {
         assert_eq!(Switches::default().preempted_share(), 0.0);
         // Counts saturate; a bin the ring moved past is cleared.
         for _ in 0..300 {
-            c.switch(6 * BIN, true, true, BIN);
+            c.switch(6 * BIN, true, NextTask::OtherProcess, BIN);
+            c.switch(7 * BIN, false, NextTask::Idle, BIN);
         }
         assert_eq!(c.switches(6, 6).foreign, 255);
         assert_eq!(c.switches(6, 6).preempted, 255);
-        c.switch(300 * BIN, false, false, BIN);
+        assert_eq!(c.switches(7, 7).idle, 255);
+        c.switch(300 * BIN, false, NextTask::Own, BIN);
         assert_eq!(c.switches(0, 299), Switches::default());
         // A switch older than the ring changes nothing.
-        c.switch(BIN, true, false, BIN);
+        c.switch(BIN, true, NextTask::Idle, BIN);
         assert_eq!(c.switches(0, 2), Switches::default());
     }
 
@@ -366,6 +445,7 @@ mod tests {
             preempted: 90,
             blocked: 2,
             foreign: 0,
+            idle: 0,
         };
         assert!(t.spins(0.01, 0.1, spinning));
         assert!(!t.spins(0.01, 0.03, spinning), "too little CPU");
@@ -374,12 +454,14 @@ mod tests {
             preempted: 20,
             blocked: 200,
             foreign: 0,
+            idle: 0,
         };
         assert!(!t.spins(0.01, 0.1, paging), "it blocks: a thrashing thread");
         let few = Switches {
             preempted: 3,
             blocked: 0,
             foreign: 0,
+            idle: 0,
         };
         assert!(!t.spins(0.01, 0.1, few), "too few switches to tell");
         let off = BurnerTest {
@@ -394,7 +476,51 @@ mod tests {
             preempted,
             blocked,
             foreign,
+            idle: 0,
         }
+    }
+
+    #[test]
+    fn the_cpu_is_saturated_when_it_stops_going_idle_and_another_process_gets_it() {
+        let t = SaturationTest {
+            foreign: 0.15,
+            min_switches: 20,
+        };
+        let after = |foreign, idle| Switches {
+            preempted: 10,
+            blocked: 90,
+            foreign,
+            idle,
+        };
+        // The measured hogs: idle in 0.46–0.79 of the switches before, in 0–0.03 after,
+        // 0.18–0.45 to the hog.
+        assert!(t.saturated(0.51, after(18, 0)));
+        assert!(t.saturated(0.8, after(43, 1)));
+        assert!(
+            !t.saturated(0.57, after(13, 48)),
+            "a disk writer: the CPU still goes idle"
+        );
+        assert!(
+            !t.saturated(0.51, after(7, 0)),
+            "a runaway loop: its own threads got the CPU"
+        );
+        assert!(
+            !t.saturated(0.05, after(30, 0)),
+            "the CPU was scarce before already"
+        );
+        assert!(
+            !t.saturated(
+                0.8,
+                Switches {
+                    blocked: 10,
+                    foreign: 10,
+                    ..Switches::default()
+                }
+            ),
+            "too few switches to tell"
+        );
+        let off = SaturationTest { foreign: 0.0, ..t };
+        assert!(!off.saturated(0.8, after(43, 0)), "0 turns the test off");
     }
 
     #[test]

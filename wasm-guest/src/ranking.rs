@@ -78,10 +78,28 @@ impl Ranking {
 /// Each affected thread votes with the channel that confirmed its outlier (the gap
 /// channel votes CPU scheduling); ties go to the subsystem of the top time-ranked call.
 pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Subsystem {
+    // A call on any descriptor (`read`, `write`, `close`) is I/O of the kind the other
+    // votes' I/O calls name: a web server's threads that read and write sockets and
+    // wait in `poll` under packet loss are network-bound (measured: Apache, 27 of 32
+    // votes on `read`, `writev` and `close`, 5 on `poll`, read disk I/O). Disk when the
+    // others name disk as often, or no I/O at all.
+    let (mut disk, mut network) = (0u32, 0u32);
+    for &k in votes {
+        let id = SyscallId(k);
+        if k != GAP_KEY && !id.fd_generic() {
+            match id.subsystem() {
+                Subsystem::DiskIo => disk += 1,
+                Subsystem::NetworkIo => network += 1,
+                _ => {}
+            }
+        }
+    }
     let mut counts: Vec<(Subsystem, u32)> = Vec::new();
     for &k in votes {
         let s = if k == GAP_KEY {
             Subsystem::CpuScheduling
+        } else if SyscallId(k).fd_generic() && network > disk {
+            Subsystem::NetworkIo
         } else {
             SyscallId(k).subsystem()
         };
@@ -132,5 +150,35 @@ mod tests {
             Subsystem::CpuScheduling
         );
         assert_eq!(dominant_subsystem(&[], None), Subsystem::None);
+    }
+
+    #[test]
+    fn calls_on_any_descriptor_vote_with_the_unambiguous_io_calls() {
+        let id = |name| SyscallId::from_name(name).0;
+        let (read, writev, close) = (id("read"), id("writev"), id("close"));
+        // The Apache packet loss: sockets read and written, `poll` slowed.
+        let apache = [
+            read,
+            read,
+            read,
+            writev,
+            writev,
+            close,
+            id("poll"),
+            id("poll"),
+        ];
+        assert_eq!(dominant_subsystem(&apache, None), Subsystem::NetworkIo);
+        // The same calls beside a flush read disk, as by name.
+        let flushing = [read, read, writev, id("fdatasync"), id("poll")];
+        assert_eq!(dominant_subsystem(&flushing, None), Subsystem::DiskIo);
+        // Alone, or beside no other I/O call, they keep their class.
+        assert_eq!(dominant_subsystem(&[read, read], None), Subsystem::DiskIo);
+        assert_eq!(
+            dominant_subsystem(&[read, id("futex"), id("futex"), id("futex")], None),
+            Subsystem::Locking
+        );
+        assert!(SyscallId::from_name("read").fd_generic());
+        assert!(!SyscallId::from_name("pread64").fd_generic());
+        assert!(!SyscallId::from_name("recvfrom").fd_generic());
     }
 }

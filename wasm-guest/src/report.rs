@@ -282,7 +282,7 @@ pub struct Report {
 /// a share of all its switches away, before and after the onset.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CpuTaken {
-    /// Lowest share over the spans before the onset (see `Target::evaluate`).
+    /// Median share over the spans before the onset (see `Target::evaluate`).
     pub share_before: f64,
     /// Share in the `persistence_seconds` after the onset, or in those before the alarm
     /// (continuous mode: before the latest data) when that span is later and its share
@@ -292,6 +292,18 @@ pub struct CpuTaken {
     pub switches_after: u64,
     /// Whether the shares passed `neighbour_share` and `neighbour_rise`.
     pub taken: bool,
+    /// Share of the switches away that left the CPU idle, median over the spans before
+    /// the onset: how often the CPU had nothing else to run.
+    #[serde(default)]
+    pub idle_share_before: f64,
+    /// The same share in the span `share_after` covers.
+    #[serde(default)]
+    pub idle_share_after: f64,
+    /// Whether the CPU became the scarce resource: idle in at least a fifth of the
+    /// switches before, next to never after, and other processes got it
+    /// (`crate::cpu_time::SaturationTest`). Makes the subsystem CPU scheduling.
+    #[serde(default)]
+    pub saturated: bool,
 }
 
 /// One affected thread of a report.
@@ -394,6 +406,8 @@ impl Report {
         if let Some(c) = self.cpu_taken.as_mut() {
             c.share_before = tidy(c.share_before);
             c.share_after = tidy(c.share_after);
+            c.idle_share_before = tidy(c.idle_share_before);
+            c.idle_share_after = tidy(c.idle_share_after);
         }
     }
 }

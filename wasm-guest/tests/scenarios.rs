@@ -1159,6 +1159,41 @@ fn a_thread_burning_a_cpu_makes_a_global_slowdown_internal() {
     }
 }
 
+/// A fault in some threads that also has a thread of the service burning a CPU is a CPU
+/// matter, whatever calls the slowed threads make (MariaDB and PostgreSQL runaway queries
+/// read internal by τ with `pwrite64`, `fdatasync` or `read` on top: disk I/O).
+#[test]
+fn a_cpu_burner_names_the_subsystem_of_a_local_fault() {
+    let by_calls = {
+        let s = subset_fault_spec();
+        let (_, mut engine) = run(&s, Params::default());
+        engine.trigger("svc", fault_start_ns(&s)).expect("report")
+    };
+    assert_eq!(by_calls.verdict, Verdict::Internal, "{by_calls:#?}");
+    assert_ne!(
+        by_calls.subsystem,
+        faultline_engine::report::Subsystem::CpuScheduling,
+        "the stream's slowed calls must name another subsystem for this test to say anything"
+    );
+    let (s, events) = with_scheduler_records_on(subset_fault_spec(), |s, tid, at, tick, ev| {
+        let burns = tid == s.pid + 3 && at >= fault_start_ns(s);
+        let run = if burns { tick * 95 / 100 } else { tick / 20 };
+        ev.push(SyscallEvent::on_cpu(s.pid, tid, at, run));
+    });
+    let (_, mut engine) = run_events(&events);
+    let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(
+        (r.verdict, r.decided_by),
+        (Verdict::Internal, DecisionPath::ImpactFactor),
+        "{r:#?}"
+    );
+    assert_eq!(r.cpu_burners.len(), 1, "{r:#?}");
+    assert_eq!(
+        r.subsystem,
+        faultline_engine::report::Subsystem::CpuScheduling
+    );
+}
+
 /// A runaway query holds a CPU without a syscall, and the sessions it slows may show no
 /// outliers at all: on demand the burner is the anomaly (internal), while continuous mode,
 /// with no alarm to corroborate it, stays quiet, and so does an alarm with no burner.
@@ -1261,21 +1296,38 @@ fn spinners_sharing_a_cpu_make_a_global_slowdown_internal() {
 /// after the fault on 1 in 3 hands it to another process when `hog` (a co-located hog, as measured on Apache:
 /// 0.04 → 0.32), else to one of the service's own threads.
 fn subset_fault_with_switches(hog: bool, taken_from_ns: i64) -> (StreamSpec, Vec<SyscallEvent>) {
-    const OTHER_PROCESS: u32 = 999_999;
-    with_scheduler_records_on(subset_fault_spec(), move |s, tid, at, tick, ev| {
-        let n = at / tick;
+    with_switches_to(subset_fault_spec(), move |s, tid, at, n| {
         let taken_from = fault_start_ns(s).saturating_add_signed(taken_from_ns);
-        let next = if at >= taken_from && n % 3 == 0 {
+        if at >= taken_from && n % 3 == 0 {
             if hog {
                 OTHER_PROCESS
             } else {
-                s.pid + (tid - s.pid + 1) % s.threads
+                own_next(s, tid)
             }
         } else if n % 20 == 0 {
             OTHER_PROCESS
         } else {
             0
-        };
+        }
+    })
+}
+
+/// A task of no thread of the streams' service.
+const OTHER_PROCESS: u32 = 999_999;
+
+/// Another thread of the service than `tid`.
+fn own_next(s: &StreamSpec, tid: u32) -> u32 {
+    s.pid + (tid - s.pid + 1) % s.threads
+}
+
+/// `s` with switch records: at each 4-ms tick every thread runs 1 % of it and leaves its
+/// CPU blocked, to the task `next(spec, tid, at_ns, tick number)` names (0: idle).
+fn with_switches_to(
+    s: StreamSpec,
+    next: impl Fn(&StreamSpec, u32, u64, u64) -> u32,
+) -> (StreamSpec, Vec<SyscallEvent>) {
+    with_scheduler_records_on(s, move |s, tid, at, tick, ev| {
+        let next = next(s, tid, at, at / tick);
         ev.push(SyscallEvent::on_cpu(s.pid, tid, at, tick / 100));
         ev.push(SyscallEvent::off_cpu_to(s.pid, tid, at, false, next));
     })
@@ -1375,6 +1427,76 @@ fn a_hog_that_began_before_the_onset_still_took_the_cpu() {
         (Verdict::External, DecisionPath::CpuNeighbour),
         "{r:#?}"
     );
+}
+
+/// The global slowdown with switch records: before the fault 1 switch away in 10 hands
+/// the CPU to another process and the rest leave it idle; from the fault on, when `hog`,
+/// 1 in 5 hands it to another process and the rest to the service's own threads, so the
+/// CPU never goes idle (measured under CPU hogs: idle 0.46–0.79 → 0.00–0.03, to the
+/// hog 0.18–0.45), else the CPU goes idle as before (a disk writer: 0.58 → 0.49).
+fn global_slowdown_with_switches(hog: bool) -> (StreamSpec, Vec<SyscallEvent>) {
+    with_switches_to(global_slowdown_spec(), move |s, tid, at, n| {
+        if hog && at >= fault_start_ns(s) {
+            if n % 5 == 0 {
+                OTHER_PROCESS
+            } else {
+                own_next(s, tid)
+            }
+        } else if n % 10 == 0 {
+            OTHER_PROCESS
+        } else {
+            0
+        }
+    })
+}
+
+/// Under a CPU hog every call waits for the CPU, blocking ones too (a MariaDB `fdatasync`
+/// +5,641 %, read as disk I/O): when the CPU stopped going idle and another process got
+/// it, the subsystem is CPU scheduling whichever calls slowed; when it still goes idle,
+/// the slowed calls name it.
+#[test]
+fn a_cpu_that_stopped_going_idle_names_the_subsystem_of_an_external_fault() {
+    let s = global_slowdown_spec();
+    let (_, mut engine) = run(&s, Params::default());
+    let by_calls = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+    assert_eq!(by_calls.verdict, Verdict::External, "{by_calls:#?}");
+    assert_ne!(
+        by_calls.subsystem,
+        faultline_engine::report::Subsystem::CpuScheduling,
+        "the stream's slowed calls must name another subsystem for this test to say anything"
+    );
+    for hog in [true, false] {
+        let (s, events) = global_slowdown_with_switches(hog);
+        let (_, mut engine) = run_events(&events);
+        let r = engine.trigger("svc", fault_start_ns(&s)).expect("report");
+        assert_eq!(
+            (r.verdict, r.decided_by),
+            (Verdict::External, DecisionPath::ImpactFactor),
+            "{hog}: {r:#?}"
+        );
+        let taken = r.cpu_taken.expect("switch records name the next task");
+        assert!(
+            (0.88..0.92).contains(&taken.idle_share_before),
+            "9 in 10 idle before: {taken:?}"
+        );
+        if hog {
+            assert!(
+                taken.saturated && taken.idle_share_after < 0.05,
+                "{taken:?}"
+            );
+            assert!(!taken.taken, "a fifth is not 2.5 times a tenth: {taken:?}");
+            assert_eq!(
+                r.subsystem,
+                faultline_engine::report::Subsystem::CpuScheduling
+            );
+        } else {
+            assert!(
+                !taken.saturated && taken.idle_share_after > 0.88,
+                "{taken:?}"
+            );
+            assert_eq!(r.subsystem, by_calls.subsystem, "{r:#?}");
+        }
+    }
 }
 
 /// On demand, the onset is the start of the largest wave of lasting outliers before the

@@ -99,6 +99,13 @@ impl SyscallId {
             .unwrap_or(Subsystem::Other)
     }
 
+    /// Whether this call takes any file descriptor, a file's or a socket's (`read`,
+    /// `write`, `readv`, `writev`, `close`): its subsystem is disk I/O by name, but it may
+    /// as well be network I/O.
+    pub fn fd_generic(self) -> bool {
+        subsystem::fd_generic(self.0)
+    }
+
     /// Whether a thread entering this call never returns from it (`exit`, `exit_group`):
     /// its open call is its end, not a hang.
     pub fn ends_thread(self) -> bool {

@@ -5,7 +5,9 @@
 //! - `read`/`write` and their vector/positional forms are **disk I/O**, as the PerfCompass
 //!   paper treats `sys_read`/`sys_write`; on sockets they are network I/O, which a name
 //!   cannot tell. Both are I/O, so filtering mode (which keeps disk *and* network) is right
-//!   either way; only the hint's wording may say "disk" for a socket-bound service.
+//!   either way. A report's subsystem does better: these calls vote with the affected
+//!   threads' unambiguous I/O calls (`poll`, `recvfrom` against `pread64`, `fdatasync`),
+//!   see [`SyscallId::fd_generic`](super::SyscallId::fd_generic).
 //! - `fcntl` is **disk I/O**: its record locks are served by the filesystem, and the paper
 //!   (Table 4, fault 3) reads a rise in `fcntl64` as disk contention. `flock` is locking.
 //! - Clocks, timers and sleeps are **CPU scheduling**: their latency tracks how soon the
@@ -280,6 +282,23 @@ const PROCESS_MANAGEMENT: &[&str] = &[
     "seccomp",
     "kcmp",
 ];
+
+/// Calls that take any file descriptor, a file's or a socket's alike: classed as disk I/O
+/// by name (see the module doc), though on a web server they mostly read and write
+/// sockets. A report's subsystem lets the affected threads' unambiguous I/O calls decide
+/// (`crate::ranking::dominant_subsystem`).
+const FD_GENERIC: [u16; 5] = [
+    const_id("read"),
+    const_id("write"),
+    const_id("readv"),
+    const_id("writev"),
+    const_id("close"),
+];
+
+/// Whether `id` is one of [`FD_GENERIC`].
+pub(super) fn fd_generic(id: u16) -> bool {
+    FD_GENERIC.contains(&id)
+}
 
 /// Subsystem of every id, indexed by id.
 pub(super) const SUBSYSTEMS: [Subsystem; NAMES.len()] = build();
