@@ -10,7 +10,7 @@ pub fn hint_for(verdict: Verdict, subsystem: Subsystem, top: Option<&RankedSysca
     let base = match (verdict, subsystem) {
         (Verdict::None, _) => "No anomaly: every thread behaves like its learned baseline.",
         (Verdict::External, Subsystem::CpuScheduling) => {
-            "Every thread slowed at once, mostly between its system calls: the host is short of CPU (check the cgroup CPU quota, steal time and noisy neighbours) or, if threads stalled for seconds, of memory."
+            "Every thread slowed at once, waiting for a CPU: the host is short of CPU (check the cgroup CPU quota, steal time and noisy neighbours) or, if threads stalled for seconds, of memory."
         }
         (Verdict::External, Subsystem::Memory) => {
             "Every thread slowed at once in memory-related calls: the host or cgroup is short of memory (check the memory limit, swapping and page-fault rates)."

@@ -282,8 +282,8 @@ pub enum NextTask {
 /// their CPU idle often before (at least [`SaturationTest::IDLE_BEFORE`] of their switches
 /// away) and next to never after (at most [`SaturationTest::IDLE_AFTER`]), and another
 /// process got it (at least the neighbour test's `share` of the switches). Measured (see
-/// the module doc): 0.46–0.79 → 0.00–0.03 under CPU hogs; disk, memory and network
-/// faults 0.35–0.75 after. Constants, not parameters: they separate "often" from "never",
+/// the module doc): 0.47–0.79 → 0.00–0.03 under CPU hogs (runaway loops 0.46–0.76 →
+/// 0.00); disk, memory and network faults 0.35–0.75 after. Constants, not parameters: they separate "often" from "never",
 /// 8–10× apart on every recording, not a tuned threshold.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SaturationTest {

@@ -175,7 +175,9 @@ pub struct Params {
     /// is external whatever τ says (see `cpu_time`). Co-located CPU hogs measured
     /// 0.19–0.32 against 0.04–0.07 before (Apache, MariaDB, PostgreSQL); the 9 internal
     /// faults stayed at or under 0.08. Needs switch records that name the task switched
-    /// in (perf's `sched:sched_switch`, LTTng's `sched_switch`). 0 switches it off.
+    /// in (perf's `sched:sched_switch`, LTTng's `sched_switch`). Also the share other
+    /// processes must get of a CPU that stopped going idle for an external anomaly's
+    /// subsystem to be CPU scheduling (`cpu_taken.saturated`). 0 switches both off.
     pub neighbour_share: f64,
     /// The rise over the share before the onset that `neighbour_share` needs (a service
     /// that always shares its CPU with others has that share as its normal). Hogs rose

@@ -113,9 +113,14 @@ pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Su
         return Subsystem::None;
     }
     let tied: Vec<Subsystem> = counts.iter().filter(|c| c.1 == best).map(|c| c.0).collect();
-    match (tied.as_slice(), top_time) {
+    // The top call's class as its votes would count.
+    let top = top_time.map(|t| match SyscallId::from_name(&t.syscall) {
+        id if id.fd_generic() && network > disk => Subsystem::NetworkIo,
+        _ => t.subsystem,
+    });
+    match (tied.as_slice(), top) {
         ([one], _) => *one,
-        (many, Some(t)) if many.contains(&t.subsystem) => t.subsystem,
+        (many, Some(t)) if many.contains(&t) => t,
         (many, _) => many.iter().min().copied().unwrap_or(Subsystem::Other),
     }
 }
@@ -177,6 +182,14 @@ mod tests {
             dominant_subsystem(&[read, id("futex"), id("futex"), id("futex")], None),
             Subsystem::Locking
         );
+        // A tie goes to the top call's class as its votes count.
+        let top = RankedSyscall {
+            syscall: "read".into(),
+            increase_ratio: 1.0,
+            subsystem: Subsystem::DiskIo,
+        };
+        let tied = [read, id("poll"), id("futex"), id("futex")];
+        assert_eq!(dominant_subsystem(&tied, Some(&top)), Subsystem::NetworkIo);
         assert!(SyscallId::from_name("read").fd_generic());
         assert!(!SyscallId::from_name("pread64").fd_generic());
         assert!(!SyscallId::from_name("recvfrom").fd_generic());

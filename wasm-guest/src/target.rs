@@ -1513,9 +1513,11 @@ impl Target {
         // idle, slow every call their threads make, so the slowed calls' own classes
         // (a disk flush that waited for the CPU after the disk answered) mislead. Not
         // `taken` alone: kernel workers doing a disk or memory fault's I/O and reclaim
-        // raise the foreign share too, while the CPU still goes idle.
+        // raise the foreign share too, while the CPU still goes idle. Saturation only
+        // for an environment verdict: an internal one with CPU scheduling would tell the
+        // on-call engineer to look for a loop in the service.
         let cpu_bound = !burners.is_empty()
-            || cpu_taken.is_some_and(|c| c.saturated)
+            || (diff.verdict == Verdict::External && cpu_taken.is_some_and(|c| c.saturated))
             || matches!(
                 diff.decided_by,
                 DecisionPath::CpuBurner | DecisionPath::CpuNeighbour
