@@ -11,6 +11,7 @@ injects the fault, then diagnoses the trace offline and prints the accuracy tabl
   run.py --smoke              a few PostgreSQL cases (CI); exits non-zero when a check fails
   run.py --apps postgres --faults control,cpu_cap
   run.py --evaluate-only DIR  re-diagnose recorded cases (e.g. after an engine change)
+  run.py --evaluate-only DIR --set min_persistence=0.5   ... with other engine parameters
 
 Needs root, perf, and the packages scripts/setup.sh installs.
 """
@@ -78,7 +79,8 @@ def write_results(path, rows, truths, args, versions, otlp):
         stamps = [os.path.getmtime(os.path.join(args.evaluate_only, t["case_id"], "truth.json")) for t in truths]
         recorded = datetime.datetime.fromtimestamp(min(stamps), datetime.timezone.utc).strftime('%Y-%m-%d %H:%M UTC') \
             if stamps else "?"
-        run_line = (f"Diagnosed: {now} with `run.py --evaluate-only {args.evaluate_only}` (this engine) from cases "
+        sets = "".join(f" --set {kv}" for kv in args.set)
+        run_line = (f"Diagnosed: {now} with `run.py --evaluate-only {args.evaluate_only}{sets}` (this engine) from cases "
                     f"recorded from {recorded} on (OTLP replayed again); the live-plugin section is from the recording, i.e. the "
                     f"engine of that time.")
     else:
@@ -165,6 +167,9 @@ def main():
     ap.add_argument("--fault", type=float, default=45.0)
     ap.add_argument("--no-live", action="store_true", help="skip the live plugin")
     ap.add_argument("--evaluate-only", metavar="DIR")
+    ap.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                    help="an engine parameter for the offline diagnoses (`analyze --set`), repeatable: "
+                         "re-diagnose recorded cases with other parameters, e.g. --set min_persistence=0.5")
     ap.add_argument("--otlp-case", default=None, help="case id to replay through OTLP (default: postgres_cpu_cap when recorded)")
     ap.add_argument("--results", default=None, help="Markdown output (default: integration-tests/RESULTS.md for the full run)")
     args = ap.parse_args()
@@ -215,7 +220,9 @@ def main():
                 truths.append(json.load(open(p)))
 
     modes = ("continuous", "on_demand") if args.smoke else ("continuous", "on_demand", "alarm_only", "early_alarm")
-    rows = diagnose.evaluate(args.bin, cases_root, modes=modes, calibrated=not args.smoke, targets_of=targets_of)
+    extra = [a for kv in args.set for a in ("--set", kv)]
+    rows = diagnose.evaluate(args.bin, cases_root, modes=modes, calibrated=not args.smoke, targets_of=targets_of,
+                             extra=extra)
     otlp = None
     if args.otlp_case is None and any(t["case_id"] == "postgres_cpu_cap" for t in truths):
         args.otlp_case = "postgres_cpu_cap"
