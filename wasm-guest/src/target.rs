@@ -1013,6 +1013,12 @@ impl Target {
                 th.push_episode(e);
             }
         }
+        // Rare (a receive that found nothing, a futex whose word changed): one branch on
+        // the per-call path. A futex's EAGAIN says nothing about clients, so receives only
+        // (inline: out of line, the guest's per-call loop measured 1-4 % slower).
+        if call.ret == Some(crate::syscalls::WOULD_BLOCK) && call.syscall.receives() {
+            th.would_block_low = (call.enter_ns as u32).max(1);
+        }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
                 || th.last_episode_ns == 0;
@@ -1190,7 +1196,7 @@ impl Target {
         // stuck (measured: a live PostgreSQL control read external, τ = 1.0).
         let seen = to.min(self.now_ns);
         let stops = self.stops(seen);
-        let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool)> {
+        let first = |t: &Thread, lo: u64| -> Option<(Episode, f64, bool, bool)> {
             // A thread still in the call it normally waits in (see `usual_wait`: for its
             // clients, or for a pool's next task), or parked right after closing a
             // connection (see `parked_after_close`), has run out of work, not into a
@@ -1204,6 +1210,7 @@ impl Target {
                 .lasting_inflight(t, seen, &stops)
                 .filter(|e| self.stuck_by_fault(t, e, &stops));
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
+            let still = stuck.is_some();
             for e in t
                 .episodes
                 .iter()
@@ -1218,7 +1225,7 @@ impl Target {
                     best = Some((*e, p, e.stall));
                 }
             }
-            best
+            best.map(|(e, p, stopped)| (e, p, stopped, still))
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
         // corroborated by `min_affected_threads` threads within `corroboration_seconds`
@@ -1248,12 +1255,13 @@ impl Target {
             Onset::At(t) => at <= t.saturating_add(d.alpha_ns + d.persistence_ns),
             Onset::Detect => true,
         };
-        // (alarm, still stuck in its call at `to`)
+        // (alarm, still stuck in its call at `to`, whichever episode came first: a lock's
+        // waiter may have shown an outlier, or been woken from the same wait, before)
         let mut alarms: Vec<(u64, bool)> = self
             .threads
             .iter()
             .filter_map(|t| first(t, lo))
-            .map(|(e, _, stopped)| (e.alarm_ns, stopped && !e.stall))
+            .map(|(e, _, _, still)| (e.alarm_ns, still))
             .collect();
         alarms.sort_unstable();
         let need = self.params.min_affected_threads.max(1);
@@ -1365,7 +1373,7 @@ impl Target {
                 if affected.is_none() && calls_after > 0 && (untested_busy || tested_quiet) {
                     quiet.push((calls_after, t.tested_io().any(lo, hi)));
                 }
-                if let Some((e, persistence, stuck)) = affected {
+                if let Some((e, persistence, stuck, _)) = affected {
                     // Only a thread working at T0 can have been parked after it (an idle
                     // one is judged by its own activity, below).
                     let start = if testable {
@@ -1688,10 +1696,25 @@ impl Target {
     /// (`stops`). One rule for the outliers and the on-demand lone stop: the lone stop
     /// once left out only the usual wait, and a MariaDB whose clients left read external
     /// on demand, τ 1 of 1, with its six parked sessions as the "stopped" thread.
+    ///
+    /// The usual wait of a thread that reads its clients without blocking ends its work
+    /// only when it entered it right after a receive found nothing (see
+    /// `waits_for_input`): a PostgreSQL backend waits for an advisory or table lock in
+    /// the same `epoll_wait` it waits for its client in, but after reading its query.
     fn stuck_by_fault(&self, t: &Thread, e: &Episode, stops: &Stops) -> bool {
         e.key == GAP_KEY
             || stops.silent_since.is_some() && !stops.asleep
-            || !(usual_wait(t, e.key, &self.d) || parked_after_close(t))
+            || !(self.idle_in_usual_wait(t, e.key) || parked_after_close(t))
+    }
+
+    /// Whether `t`, in its call of kind `key`, waits in its usual wait for work (see
+    /// [`Self::stuck_by_fault`]).
+    fn idle_in_usual_wait(&self, t: &Thread, key: u16) -> bool {
+        usual_wait(t, key, &self.d)
+            && (t.would_block_low == 0
+                || t.pairer
+                    .pending()
+                    .is_some_and(|p| waits_for_input(t, p.enter_ns)))
     }
 
     /// When a busy thread stopped for good in `[lo, to]`: still stuck in its call (see
@@ -2348,6 +2371,11 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
     if p.stall_min_calls == 0 || before < f64::from(p.stall_min_calls) * p.persistence_seconds {
         return None;
     }
+    // A thread that found nothing to read and waited in its usual wait waited for its
+    // clients, however long they took (see `waits_for_input`).
+    if usual_wait(th, call.syscall.0, d) && waits_for_input(th, call.enter_ns) {
+        return None;
+    }
     let ci = th.find_chan(call.syscall.0)?;
     let r = th
         .cold
@@ -2458,6 +2486,31 @@ fn parked_after_close(th: &Thread) -> bool {
             && c.last_enter_ns <= p.enter_ns
             && p.enter_ns - c.last_enter_ns <= PARK_AFTER_CLOSE_NS
     })
+}
+
+/// How soon after a receive found nothing a thread's next wait must begin for the thread
+/// to wait for input (PostgreSQL's backends: 18 µs from `recvfrom` → EAGAIN, through the
+/// drain of their latch, into `epoll_wait`).
+const WAIT_AFTER_WOULD_BLOCK_NS: u64 = 10_000_000;
+
+/// Whether `th` entered the call it began at `entry_ns` right after a receive found
+/// nothing to read, and made no receive of that kind since: it waits for its clients'
+/// next request, and a long wait there says the clients sent none (measured: PostgreSQL
+/// backends whose clients paused, woken by a signal 0.8 s and 9 s in, read again,
+/// found nothing and waited on; a backend blocked on a table lock waits in the same
+/// `epoll_wait`, but entered it after its query's `recvfrom` returned data).
+///
+/// The receive is its channel's latest entry, matched by the 32 bits the thread keeps
+/// (a different call matching them by chance: about one in 4 billion).
+fn waits_for_input(th: &Thread, entry_ns: u64) -> bool {
+    let low = th.would_block_low;
+    low != 0
+        && th.chans.iter().any(|c| {
+            (c.last_enter_ns as u32).max(1) == low
+                && c.last_enter_ns <= entry_ns
+                && entry_ns - c.last_enter_ns <= WAIT_AFTER_WOULD_BLOCK_NS
+                && SyscallId(c.key).receives()
+        })
 }
 
 /// A call a thread stopped in, for [`stopped_in_call`].

@@ -694,6 +694,11 @@ pub struct Thread {
     /// Process (thread group) of the thread, as its first record said: a process that
     /// exits takes all its threads with it (see `target::Stops`).
     pub pid: u32,
+    /// Low 32 bits of the entry time of the thread's latest receive that returned
+    /// [`crate::syscalls::WOULD_BLOCK`] (0 = none; 32 bits fill the record's padding):
+    /// a receive that found nothing means a wait right after it waits for input (see
+    /// `target::waits_for_input`). Written on those calls only.
+    pub would_block_low: u32,
 }
 
 impl Thread {

@@ -1,11 +1,13 @@
 //! A healthy server whose clients stop: its connection threads wait on for work that
 //! does not come, in the call they always wait in, or parked right after closing their
 //! connection. Neither is a fault; the same threads stuck in a call they only pass
-//! through are one.
+//! through are one. A thread that reads its clients without blocking says which it is:
+//! a wait entered right after a receive found nothing (`-EAGAIN`) waits for its client,
+//! the same wait entered after reading a request is a stop (a lock's waiter).
 
 use faultline_engine::report::{Report, Verdict};
 use faultline_engine::syscalls::SyscallId;
-use faultline_engine::{Engine, Params, Stillness, SyscallEvent};
+use faultline_engine::{Engine, EventKind, Params, Stillness, SyscallEvent};
 
 const MS: u64 = 1_000_000;
 const S: u64 = 1_000 * MS;
@@ -27,8 +29,17 @@ fn server(last: &[&str], wait: &str) -> Vec<SyscallEvent> {
 /// [`server`], with or without its background thread.
 fn server_with(last: &[&str], wait: &str, background: bool) -> Vec<SyscallEvent> {
     let mut ev = sessions(last, wait);
+    if background {
+        return with_background(ev);
+    }
+    ev.sort_by_key(|e| e.ts_ns);
+    ev
+}
+
+/// `ev` and a background thread calling every 10 ms for 100 s, in time order.
+fn with_background(mut ev: Vec<SyscallEvent>) -> Vec<SyscallEvent> {
     let mut t = START;
-    while background && t < START + 100 * S {
+    while t < START + 100 * S {
         ev.push(SyscallEvent::complete(1, 1, id("nanosleep"), t, 10 * MS));
         t += 10 * MS + 20_000;
     }
@@ -210,4 +221,173 @@ fn silent_server(before: &[&str], wait: &str, still: Stillness) -> Report {
     engine.advance("db", end + 30 * S, still);
     let during = engine.take_reports();
     during.last().cloned().expect("reports while silent")
+}
+
+/// [`server`]'s sessions, whose clients pause at 60 s: each reads once more (`request`:
+/// the read's return value), waits 8 s in `poll`, its usual wait, until a signal wakes it
+/// (`-EINTR`), reads again when `request` was a would-block, and waits on for good.
+/// PostgreSQL's backends do this when their clients pause (its signals: cache
+/// invalidation catch-up), and its lock waiters, which read a query first, too.
+fn woken_sessions(request: i64) -> Vec<SyscallEvent> {
+    let would_block = request == faultline_engine::syscalls::WOULD_BLOCK;
+    let with_ret = |e: SyscallEvent, ret: i64| SyscallEvent {
+        ret: Some(ret),
+        ..e
+    };
+    let mut ev: Vec<SyscallEvent> = sessions(&[], "poll")
+        .into_iter()
+        .filter(|e| e.kind == EventKind::Complete)
+        .collect();
+    for s in 0..SESSIONS {
+        let tid = 100 + s;
+        let mut t = ev
+            .iter()
+            .filter(|e| e.tid == tid)
+            .map(|e| e.ts_ns + e.duration_ns)
+            .max()
+            .unwrap_or(START)
+            + 10_000;
+        let read = SyscallEvent::complete(1, tid, id("read"), t, 20_000);
+        ev.push(with_ret(read, request));
+        t += 30_000;
+        let woken = SyscallEvent::complete(1, tid, id("poll"), t, 8 * S);
+        ev.push(with_ret(woken, -4));
+        t += 8 * S + 10_000;
+        if would_block {
+            let again = SyscallEvent::complete(1, tid, id("read"), t, 20_000);
+            ev.push(with_ret(again, request));
+            t += 30_000;
+        }
+        ev.push(SyscallEvent::enter(1, tid, id("poll"), t));
+    }
+    with_background(ev)
+}
+
+#[test]
+fn sessions_woken_while_waiting_for_clients_that_sent_nothing_are_idle() {
+    // Their 8-s wait returned, so only the rule for calls that stayed stuck and returned
+    // could count it; they had found nothing to read before it (measured: a PostgreSQL
+    // whose clients paused read internal, τ 0.36, live and offline).
+    assert_quiet(&woken_sessions(faultline_engine::syscalls::WOULD_BLOCK));
+}
+
+#[test]
+fn sessions_woken_in_their_usual_wait_after_reading_a_request_were_stopped() {
+    // The lock waiter's shape: a request read (64 bytes), then the same 8-s wait.
+    let (after, alarm) = after_the_stop(&woken_sessions(64));
+    assert_ne!(alarm.verdict, Verdict::None, "{}", alarm.hint);
+    assert!(after.iter().any(|r| r.verdict != Verdict::None));
+}
+
+/// How a session of [`nonblocking_server`] ends at 60 s.
+#[derive(Clone, Copy, PartialEq)]
+enum End {
+    /// Serves on until 100 s.
+    Serves,
+    /// Its client pauses: the read finds nothing, and it waits in `poll` for good.
+    ClientPauses,
+    /// It reads a request, then waits in `poll` for good (a lock's waiter, in the call
+    /// it waits for its client in) from `at`; with `slow_writes`, its writes took 5 ms
+    /// instead of 30 µs from 58 s on.
+    BlocksAt { at: u64, slow_writes: bool },
+}
+
+/// A server whose `SESSIONS` sessions read their clients without blocking, as
+/// PostgreSQL's backends do: `read` finds nothing (`-EAGAIN`), `poll` (9 ms), `read`
+/// gets the request, `futex`, `write`; `end(session)` says how each ends. A background
+/// thread calls every 10 ms for 100 s.
+fn nonblocking_server(end: impl Fn(u32) -> End) -> Vec<SyscallEvent> {
+    let would_block = faultline_engine::syscalls::WOULD_BLOCK;
+    let call = |tid, name, at, dur, ret| SyscallEvent {
+        ret,
+        ..SyscallEvent::complete(1, tid, id(name), at, dur)
+    };
+    let mut ev = Vec::new();
+    for s in 0..SESSIONS {
+        let tid = 100 + s;
+        let how = end(s);
+        let until = match how {
+            End::Serves => START + 100 * S,
+            End::BlocksAt { at, .. } => at,
+            End::ClientPauses => START + 60 * S,
+        };
+        let mut t = START + u64::from(s) * 997_000;
+        while t < until {
+            let slow = matches!(
+                how,
+                End::BlocksAt {
+                    slow_writes: true,
+                    ..
+                }
+            ) && t >= START + 58 * S;
+            for (name, dur, ret) in [
+                ("read", 20_000, Some(would_block)),
+                ("poll", 9 * MS, Some(1)),
+                ("read", 20_000, Some(64)),
+                ("futex", 5_000, Some(0)),
+                ("write", if slow { 5 * MS } else { 30_000 }, Some(64)),
+            ] {
+                ev.push(call(tid, name, t, dur, ret));
+                t += dur + 10_000;
+            }
+        }
+        match how {
+            End::Serves => continue,
+            End::ClientPauses => ev.push(call(tid, "read", t, 20_000, Some(would_block))),
+            End::BlocksAt { .. } => ev.push(call(tid, "read", t, 20_000, Some(64))),
+        }
+        ev.push(SyscallEvent::enter(1, tid, id("poll"), t + 30_000));
+    }
+    with_background(ev)
+}
+
+#[test]
+fn sessions_that_found_nothing_to_read_and_wait_on_are_idle() {
+    assert_quiet(&nonblocking_server(|_| End::ClientPauses));
+}
+
+#[test]
+fn sessions_waiting_in_their_usual_wait_after_reading_a_request_are_stopped() {
+    // Three of eight stop mid-request in the call they wait for their clients in: by the
+    // call alone they would be idle (they were: `none`).
+    let blocked = |s| s < 3;
+    let events = nonblocking_server(|s| {
+        if blocked(s) {
+            End::BlocksAt {
+                at: START + 60 * S,
+                slow_writes: false,
+            }
+        } else {
+            End::Serves
+        }
+    });
+    let (after, alarm) = after_the_stop(&events);
+    assert_eq!(alarm.verdict, Verdict::Internal, "{}", alarm.hint);
+    let tids: Vec<u32> = alarm.affected_threads.iter().map(|a| a.tid).collect();
+    assert!(tids.iter().all(|&t| blocked(t - 100)), "{tids:?}");
+    assert!(after.iter().any(|r| r.verdict == Verdict::Internal));
+}
+
+#[test]
+fn waiters_still_stopped_corroborate_each_other_whatever_they_showed_first() {
+    // Two sessions stop 3 s apart, beyond `corroboration_seconds`; the later one's writes
+    // slowed first, so its first episode is an outlier 2 s before the other stopped.
+    // Both are still stopped: one anomaly (continuous mode read nothing).
+    let events = nonblocking_server(|s| match s {
+        0 => End::BlocksAt {
+            at: START + 60 * S,
+            slow_writes: false,
+        },
+        1 => End::BlocksAt {
+            at: START + 63 * S,
+            slow_writes: true,
+        },
+        _ => End::Serves,
+    });
+    let (after, _) = after_the_stop(&events);
+    assert!(
+        after.iter().any(|r| r.verdict != Verdict::None),
+        "{:?}",
+        after.iter().map(|r| &r.hint).collect::<Vec<_>>()
+    );
 }

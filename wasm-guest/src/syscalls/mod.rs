@@ -54,6 +54,10 @@ const PREFIXES: [&str; 7] = [
 static THREAD_ENDS: std::sync::OnceLock<[SyscallId; 2]> = std::sync::OnceLock::new();
 static CLOSES: std::sync::OnceLock<[SyscallId; 2]> = std::sync::OnceLock::new();
 
+/// `-EAGAIN` (x86_64 and aarch64 alike): what a receive on a non-blocking descriptor
+/// returns when nothing has arrived, before its thread waits for input.
+pub const WOULD_BLOCK: i64 = -11;
+
 impl SyscallId {
     pub const UNKNOWN: SyscallId = SyscallId(0);
 
@@ -140,6 +144,12 @@ impl SyscallId {
             ]
         });
         self == close || self == shutdown
+    }
+
+    /// Whether this call takes input from a file or socket (`read`, `readv`, `recvfrom`,
+    /// `recvmsg`, `recvmmsg`): one that returned [`WOULD_BLOCK`] found nothing to read.
+    pub fn receives(self) -> bool {
+        subsystem::receives(self.0)
     }
 
     /// Number of ids; every id is below it.
@@ -246,6 +256,25 @@ mod tests {
         for (i, name) in NAMES.iter().enumerate().skip(1) {
             assert_eq!(NAMES[1..].binary_search(name), Ok(i - 1));
             assert_eq!(lookup::lookup(name), Some(i as u16));
+        }
+    }
+
+    #[test]
+    fn receives_are_the_calls_that_read_a_descriptor() {
+        for name in ["read", "readv", "recvfrom", "recvmsg", "recvmmsg"] {
+            assert!(SyscallId::from_name(name).receives(), "{name}");
+        }
+        // Waits and writes find nothing to read: their EAGAIN says something else.
+        for name in [
+            "futex",
+            "epoll_wait",
+            "poll",
+            "write",
+            "sendto",
+            "pread64",
+            "zzz",
+        ] {
+            assert!(!SyscallId::from_name(name).receives(), "{name}");
         }
     }
 

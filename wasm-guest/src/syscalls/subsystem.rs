@@ -300,6 +300,20 @@ pub(super) fn fd_generic(id: u16) -> bool {
     FD_GENERIC.contains(&id)
 }
 
+/// Calls that take input from a descriptor (see [`SyscallId::receives`](super::SyscallId::receives)).
+const RECEIVES: [u16; 5] = [
+    const_id("read"),
+    const_id("readv"),
+    const_id("recvfrom"),
+    const_id("recvmsg"),
+    const_id("recvmmsg"),
+];
+
+/// Whether `id` is one of [`RECEIVES`]: compile-time ids, as the per-call path asks.
+pub(super) fn receives(id: u16) -> bool {
+    RECEIVES.contains(&id)
+}
+
 /// Subsystem of every id, indexed by id.
 pub(super) const SUBSYSTEMS: [Subsystem; NAMES.len()] = build();
 
