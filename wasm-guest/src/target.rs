@@ -57,7 +57,7 @@ use crate::stillness::Stillness;
 use crate::syscalls::SyscallId;
 use crate::thread::{
     materialize_cold, BinSet, Chan, ChanCold, ColdSlot, Episode, Increase, Series, SeriesCold,
-    Thread, EPISODE_TOP, GAP_KEY, INLINE_RING,
+    Thread, WouldBlock, EPISODE_TOP, GAP_KEY, INLINE_RING,
 };
 use crate::thread_store::ThreadStore;
 use crate::tid_index::TidIndex;
@@ -1017,7 +1017,13 @@ impl Target {
         // the per-call path. A futex's EAGAIN says nothing about clients, so receives only
         // (inline: out of line, the guest's per-call loop measured 1-4 % slower).
         if call.ret == Some(crate::syscalls::WOULD_BLOCK) && call.syscall.receives() {
-            th.would_block_low = (call.enter_ns as u32).max(1);
+            if ci.is_some() {
+                th.would_block.note(call.enter_ns);
+            } else {
+                // No channel holds its entry, so no wait can be matched to it: the thread
+                // is judged as one with no such receive on record.
+                th.would_block = WouldBlock::default();
+            }
         }
         if let Some((run, key, frequency)) = confirmed {
             let refractory_over = run.saturating_sub(th.last_episode_ns) >= d.refractory_ns
@@ -1071,8 +1077,14 @@ impl Target {
         let target_clean = (self.dirty_threads as usize) < 2;
         let max_n = self.d.max_n;
         let (min_n, min_epochs, sigma) = (self.d.min_n, self.d.min_epochs, self.d.time_th.sigma);
+        let epoch_start = self.now_ns.saturating_sub(self.d.cadence_ns);
         for t in self.threads.iter_mut() {
             t.longest_call_us -= t.longest_call_us / 8;
+            // Only a working thread's habit moves on: a thread stopped in a wait keeps
+            // the count it had when it entered it.
+            if t.last_seen_ns >= epoch_start {
+                t.would_block.decay();
+            }
             let clean = target_clean && !t.dirty;
             if t.cold.len() < t.chans.len() {
                 // Without cold records and with nothing learnt, a rotation leaves every
@@ -1189,7 +1201,8 @@ impl Target {
         // A thread's earliest outlier at or after `lo` that lasted (see
         // `min_persistence`), with its persistence: a blip before the fault does not
         // hide the thread's later, real impact, and blips alone make no anomaly. The
-        // flag says the episode stopped the thread (its stuck call, or a stall).
+        // flags say whether the episode stopped the thread (its stuck call, or a stall),
+        // and whether the thread is still stuck in a call at `to`.
         // A call is known to be in flight only up to the latest event seen: an on-demand
         // alarm can name a time the data has not reached yet (a live perf pipeline lags
         // by seconds), and measuring open calls up to it would make every thread look
@@ -1205,7 +1218,9 @@ impl Target {
             // Unless the whole target stopped (`stops`): an idle server's periodic threads
             // go on calling, and a frozen one's last records, as perf delivers them, leave
             // most threads in their usual waits. A silent target its host saw asleep
-            // did not stop: it waits (an idle nginx has no periodic thread at all).
+            // did not stop: it waits (an idle nginx has no periodic thread at all). A
+            // thread that reads until a receive finds nothing waits for its clients only
+            // when it entered the wait right after one (see `stuck_by_fault`).
             let stuck = self
                 .lasting_inflight(t, seen, &stops)
                 .filter(|e| self.stuck_by_fault(t, e, &stops));
@@ -1682,7 +1697,8 @@ impl Target {
             limit_ns,
             mean: Some(r.mean),
         };
-        // Still open: `stall` is false, which the corroboration reads as "stuck at `to`".
+        // Still open, so no stall (a thread stopped outside calls, or in a call that
+        // returned).
         Some(Episode {
             stall: false,
             ..stopped_in_call(t, stop, d, &self.params)
@@ -1697,10 +1713,12 @@ impl Target {
     /// once left out only the usual wait, and a MariaDB whose clients left read external
     /// on demand, τ 1 of 1, with its six parked sessions as the "stopped" thread.
     ///
-    /// The usual wait of a thread that reads its clients without blocking ends its work
-    /// only when it entered it right after a receive found nothing (see
-    /// `waits_for_input`): a PostgreSQL backend waits for an advisory or table lock in
-    /// the same `epoll_wait` it waits for its client in, but after reading its query.
+    /// The usual wait of a thread that reads until a receive finds nothing (its habit,
+    /// see `reads_until_would_block`) ends its work only when it entered it right after
+    /// such a receive (see `waits_for_input`): a PostgreSQL backend waits for an
+    /// advisory or table lock in the same `epoll_wait` it waits for its client in, but
+    /// after reading its query. Threads without that habit, and sources without return
+    /// values, keep the rule above.
     fn stuck_by_fault(&self, t: &Thread, e: &Episode, stops: &Stops) -> bool {
         e.key == GAP_KEY
             || stops.silent_since.is_some() && !stops.asleep
@@ -1711,10 +1729,9 @@ impl Target {
     /// [`Self::stuck_by_fault`]).
     fn idle_in_usual_wait(&self, t: &Thread, key: u16) -> bool {
         usual_wait(t, key, &self.d)
-            && (t.would_block_low == 0
-                || t.pairer
-                    .pending()
-                    .is_some_and(|p| waits_for_input(t, p.enter_ns)))
+            && t.pairer.pending().is_none_or(|p| {
+                !reads_until_would_block(t, p.enter_ns, &self.d) || waits_for_input(t, p.enter_ns)
+            })
     }
 
     /// When a busy thread stopped for good in `[lo, to]`: still stuck in its call (see
@@ -2499,18 +2516,32 @@ const WAIT_AFTER_WOULD_BLOCK_NS: u64 = 10_000_000;
 /// backends whose clients paused, woken by a signal 0.8 s and 9 s in, read again,
 /// found nothing and waited on; a backend blocked on a table lock waits in the same
 /// `epoll_wait`, but entered it after its query's `recvfrom` returned data).
-///
-/// The receive is its channel's latest entry, matched by the 32 bits the thread keeps
-/// (a different call matching them by chance: about one in 4 billion).
 fn waits_for_input(th: &Thread, entry_ns: u64) -> bool {
-    let low = th.would_block_low;
-    low != 0
-        && th.chans.iter().any(|c| {
-            (c.last_enter_ns as u32).max(1) == low
-                && c.last_enter_ns <= entry_ns
-                && entry_ns - c.last_enter_ns <= WAIT_AFTER_WOULD_BLOCK_NS
-                && SyscallId(c.key).receives()
-        })
+    let at = th.would_block.latest_ns();
+    at != 0
+        && at <= entry_ns
+        && entry_ns - at <= WAIT_AFTER_WOULD_BLOCK_NS
+        && th
+            .chans
+            .iter()
+            .any(|c| c.last_enter_ns == at && SyscallId(c.key).receives())
+}
+
+/// Share of a thread's calls that must be receives finding nothing for that to be its
+/// habit: PostgreSQL's backends make one per statement (about 1 call in 7), an event
+/// loop that reads once per readiness next to none, a stray one (an eventfd, a pipe)
+/// none at all.
+const WOULD_BLOCK_HABIT: f64 = 0.05;
+
+/// Whether `t` reads its input until a receive finds nothing, then waits: at least
+/// [`WOULD_BLOCK_HABIT`] of its calls in the epoch before it entered its wait at
+/// `entry_ns` (its count halves at the end of each epoch it works, so it holds one to
+/// two epochs' worth; halved once more, it is still above a habit of twice the share).
+/// Only then does a wait entered otherwise say it stopped mid-request.
+fn reads_until_would_block(t: &Thread, entry_ns: u64, d: &Derived) -> bool {
+    let count = t.would_block.count();
+    let calls = calls_in(t, entry_ns.saturating_sub(d.cadence_ns), entry_ns, d.bin_ns);
+    count > 0 && f64::from(count) >= WOULD_BLOCK_HABIT * calls
 }
 
 /// A call a thread stopped in, for [`stopped_in_call`].

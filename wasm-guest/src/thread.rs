@@ -694,11 +694,43 @@ pub struct Thread {
     /// Process (thread group) of the thread, as its first record said: a process that
     /// exits takes all its threads with it (see `target::Stops`).
     pub pid: u32,
-    /// Low 32 bits of the entry time of the thread's latest receive that returned
-    /// [`crate::syscalls::WOULD_BLOCK`] (0 = none; 32 bits fill the record's padding):
-    /// a receive that found nothing means a wait right after it waits for input (see
-    /// `target::waits_for_input`). Written on those calls only.
-    pub would_block_low: u32,
+    /// The thread's receives that found nothing to read ([`WouldBlock`]).
+    pub would_block: WouldBlock,
+}
+
+/// A thread's receives that returned [`crate::syscalls::WOULD_BLOCK`]: the latest one's
+/// entry time (0 = none) and how many there were, halving at the end of each epoch the
+/// thread works. A wait right after such a receive waits for input, and the count says
+/// whether finding nothing is the thread's habit (see `target::waits_for_input`,
+/// `target::reads_until_would_block`). Written on those calls only.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WouldBlock {
+    latest_ns: u64,
+    count: u32,
+}
+
+impl WouldBlock {
+    /// Notes a receive entered at `enter_ns` that found nothing.
+    #[inline]
+    pub fn note(&mut self, enter_ns: u64) {
+        self.latest_ns = enter_ns.max(1);
+        self.count = self.count.saturating_add(1);
+    }
+
+    /// The latest one's entry time, 0 when none.
+    pub fn latest_ns(self) -> u64 {
+        self.latest_ns
+    }
+
+    /// How many there were, decayed: one to two epochs' worth of the thread's work.
+    pub fn count(self) -> u32 {
+        self.count
+    }
+
+    /// One epoch's decay.
+    pub fn decay(&mut self) {
+        self.count -= self.count / 2;
+    }
 }
 
 impl Thread {

@@ -391,3 +391,21 @@ fn waiters_still_stopped_corroborate_each_other_whatever_they_showed_first() {
         after.iter().map(|r| &r.hint).collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn a_stray_would_block_does_not_make_a_thread_one_that_reads_until_it_blocks() {
+    // [`server`]'s sessions read with blocking calls; one read each, at 30 s, found
+    // nothing (`-EAGAIN`). At 60 s their clients stop after a last request: they wait in
+    // their usual wait after reading data, which from a thread in the habit would be a
+    // stop, and from these is no more than it was.
+    let mut events = server(&["read"], "poll");
+    for s in 0..SESSIONS {
+        if let Some(e) = events
+            .iter_mut()
+            .find(|e| e.tid == 100 + s && e.syscall == id("read") && e.ts_ns >= START + 30 * S)
+        {
+            e.ret = Some(faultline_engine::syscalls::WOULD_BLOCK);
+        }
+    }
+    assert_quiet(&events);
+}
