@@ -28,7 +28,7 @@ pub fn hint_for(verdict: Verdict, subsystem: Subsystem, top: Option<&RankedSysca
             "Every thread slowed at once: the environment is the likely cause (check CPU, memory, disk and network of the host)."
         }
         (Verdict::Internal, Subsystem::Locking) => {
-            "Only some threads are affected and their lock waits grew: look for lock contention or a deadlock in the service's code."
+            "Only some threads are affected, waiting on other threads or processes (lock waits grew, or requests stopped mid-way in a wait): look for lock contention or a deadlock in the service's code."
         }
         (Verdict::Internal, Subsystem::CpuScheduling) => {
             "Only some threads are affected, spending longer between calls: look for a CPU-heavy loop or query in the service."

@@ -73,18 +73,34 @@ impl Ranking {
     }
 }
 
+/// What an affected thread's evidence points at, for [`dominant_subsystem`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Vote {
+    /// The channel that confirmed its outlier: a syscall's class, or CPU scheduling for
+    /// the gap channel.
+    Channel(u16),
+    /// It stopped in its usual wait in the middle of a request: it waits on another
+    /// thread or process (a lock), whatever call it waits in (PostgreSQL's backends
+    /// wait for locks in `epoll_wait`, a network call by name).
+    WaitsOnPeer,
+}
+
 /// The subsystem most of the affected threads' confirming channels point at.
 ///
 /// Each affected thread votes with the channel that confirmed its outlier (the gap
-/// channel votes CPU scheduling); ties go to the subsystem of the top time-ranked call.
-pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Subsystem {
+/// channel votes CPU scheduling), or for locking when it waits on a peer (see
+/// [`Vote`]); ties go to the subsystem of the top time-ranked call.
+pub fn dominant_subsystem(votes: &[Vote], top_time: Option<&RankedSyscall>) -> Subsystem {
     // A call on any descriptor (`read`, `write`, `close`) is I/O of the kind the other
     // votes' I/O calls name: a web server's threads that read and write sockets and
     // wait in `poll` under packet loss are network-bound (measured: Apache, 27 of 32
     // votes on `read`, `writev` and `close`, 5 on `poll`, read disk I/O). Disk when the
     // others name disk as often, or no I/O at all.
     let (mut disk, mut network) = (0u32, 0u32);
-    for &k in votes {
+    for k in votes.iter().filter_map(|v| match *v {
+        Vote::Channel(k) => Some(k),
+        Vote::WaitsOnPeer => None,
+    }) {
         let id = SyscallId(k);
         if k != GAP_KEY && !id.fd_generic() {
             match id.subsystem() {
@@ -95,13 +111,12 @@ pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Su
         }
     }
     let mut counts: Vec<(Subsystem, u32)> = Vec::new();
-    for &k in votes {
-        let s = if k == GAP_KEY {
-            Subsystem::CpuScheduling
-        } else if SyscallId(k).fd_generic() && network > disk {
-            Subsystem::NetworkIo
-        } else {
-            SyscallId(k).subsystem()
+    for &v in votes {
+        let s = match v {
+            Vote::WaitsOnPeer => Subsystem::Locking,
+            Vote::Channel(GAP_KEY) => Subsystem::CpuScheduling,
+            Vote::Channel(k) if SyscallId(k).fd_generic() && network > disk => Subsystem::NetworkIo,
+            Vote::Channel(k) => SyscallId(k).subsystem(),
         };
         match counts.iter_mut().find(|(x, _)| *x == s) {
             Some(e) => e.1 += 1,
@@ -129,6 +144,10 @@ pub fn dominant_subsystem(votes: &[u16], top_time: Option<&RankedSyscall>) -> Su
 mod tests {
     use super::*;
 
+    fn by(keys: &[u16]) -> Vec<Vote> {
+        keys.iter().map(|&k| Vote::Channel(k)).collect()
+    }
+
     #[test]
     fn keeps_maxima_above_floor_and_orders() {
         let mut r = Ranking::default();
@@ -151,7 +170,7 @@ mod tests {
     #[test]
     fn gap_votes_cpu() {
         assert_eq!(
-            dominant_subsystem(&[GAP_KEY, GAP_KEY, 1], None),
+            dominant_subsystem(&by(&[GAP_KEY, GAP_KEY, 1]), None),
             Subsystem::CpuScheduling
         );
         assert_eq!(dominant_subsystem(&[], None), Subsystem::None);
@@ -172,14 +191,17 @@ mod tests {
             id("poll"),
             id("poll"),
         ];
-        assert_eq!(dominant_subsystem(&apache, None), Subsystem::NetworkIo);
+        assert_eq!(dominant_subsystem(&by(&apache), None), Subsystem::NetworkIo);
         // The same calls beside a flush read disk, as by name.
         let flushing = [read, read, writev, id("fdatasync"), id("poll")];
-        assert_eq!(dominant_subsystem(&flushing, None), Subsystem::DiskIo);
+        assert_eq!(dominant_subsystem(&by(&flushing), None), Subsystem::DiskIo);
         // Alone, or beside no other I/O call, they keep their class.
-        assert_eq!(dominant_subsystem(&[read, read], None), Subsystem::DiskIo);
         assert_eq!(
-            dominant_subsystem(&[read, id("futex"), id("futex"), id("futex")], None),
+            dominant_subsystem(&by(&[read, read]), None),
+            Subsystem::DiskIo
+        );
+        assert_eq!(
+            dominant_subsystem(&by(&[read, id("futex"), id("futex"), id("futex")]), None),
             Subsystem::Locking
         );
         // A tie goes to the top call's class as its votes count.
@@ -189,9 +211,30 @@ mod tests {
             subsystem: Subsystem::DiskIo,
         };
         let tied = [read, id("poll"), id("futex"), id("futex")];
-        assert_eq!(dominant_subsystem(&tied, Some(&top)), Subsystem::NetworkIo);
+        assert_eq!(
+            dominant_subsystem(&by(&tied), Some(&top)),
+            Subsystem::NetworkIo
+        );
         assert!(SyscallId::from_name("read").fd_generic());
         assert!(!SyscallId::from_name("pread64").fd_generic());
         assert!(!SyscallId::from_name("recvfrom").fd_generic());
+    }
+
+    #[test]
+    fn threads_waiting_on_a_peer_vote_locking_whatever_they_wait_in() {
+        let id = |name| SyscallId::from_name(name).0;
+        // PostgreSQL's lock waiters in `epoll_wait` (network by name), beside one
+        // backend whose `recvfrom` slowed.
+        let mut votes = vec![Vote::WaitsOnPeer; 3];
+        votes.push(Vote::Channel(id("epoll_wait")));
+        votes.push(Vote::Channel(id("recvfrom")));
+        assert_eq!(dominant_subsystem(&votes, None), Subsystem::Locking);
+        // They name no I/O: a descriptor call beside them keeps its class by name.
+        let votes = [
+            Vote::WaitsOnPeer,
+            Vote::Channel(id("read")),
+            Vote::Channel(id("read")),
+        ];
+        assert_eq!(dominant_subsystem(&votes, None), Subsystem::DiskIo);
     }
 }

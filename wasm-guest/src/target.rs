@@ -46,7 +46,7 @@ use crate::diagnosis::{self, Finding, Population};
 use crate::event::{EventKind, PerfCounters, SyscallEvent};
 use crate::pairing::Call;
 use crate::params::{seconds_to_ns, Params};
-use crate::ranking::{self, Ranking};
+use crate::ranking::{self, Ranking, Vote};
 use crate::report::{
     AffectedThread, Calibration, CpuTaken, DecisionPath, EngineCounters, OnsetDistribution, Report,
     SyscallActivity, ThreadCounts, Trigger, Verdict, REPORT_SCHEMA_VERSION,
@@ -1052,6 +1052,7 @@ impl Target {
                     frequency,
                     stall: false,
                     busy: false,
+                    mid_request: false,
                     top,
                 });
             }
@@ -1202,7 +1203,8 @@ impl Target {
         // `min_persistence`), with its persistence: a blip before the fault does not
         // hide the thread's later, real impact, and blips alone make no anomaly. The
         // flags say whether the episode stopped the thread (its stuck call, or a stall),
-        // and whether the thread is still stuck in a call at `to`.
+        // and whether the thread is still stuck in a call at `to`; the episode's
+        // `mid_request`, whether any stop of the thread in the range was mid-request.
         // A call is known to be in flight only up to the latest event seen: an on-demand
         // alarm can name a time the data has not reached yet (a live perf pipeline lags
         // by seconds), and measuring open calls up to it would make every thread look
@@ -1223,7 +1225,11 @@ impl Target {
             // when it entered the wait right after one (see `stuck_by_fault`).
             let stuck = self
                 .lasting_inflight(t, seen, &stops)
-                .filter(|e| self.stuck_by_fault(t, e, &stops));
+                .filter(|e| self.stuck_by_fault(t, e, &stops))
+                .map(|e| Episode {
+                    mid_request: self.stopped_mid_request(t, e.key, &stops),
+                    ..e
+                });
             let mut best = stuck.filter(|e| e.alarm_ns >= lo).map(|e| (e, 1.0, true));
             let still = stuck.is_some();
             for e in t
@@ -1240,7 +1246,14 @@ impl Target {
                     best = Some((*e, p, e.stall));
                 }
             }
-            best.map(|(e, p, stopped)| (e, p, stopped, still))
+            // A stop mid-request in the range says what the thread waits on, whichever
+            // episode came first (the wait's own outlier on its execution time, confirmed
+            // at its return, precedes the stop it is part of): its vote (see `Vote`).
+            let mid_request = stuck.is_some_and(|e| e.mid_request)
+                || t.episodes
+                    .iter()
+                    .any(|e| e.mid_request && e.alarm_ns >= lo && e.alarm_ns <= to);
+            best.map(|(e, p, stopped)| (Episode { mid_request, ..e }, p, stopped, still))
         };
         // The target-level onset. Continuous mode: the first confirmed outlier
         // corroborated by `min_affected_threads` threads within `corroboration_seconds`
@@ -1331,18 +1344,47 @@ impl Target {
                 .filter(|&at| begun_by_alarm(at)),
             _ => None,
         };
+        // On demand, a target whose load one thread carries (a single-threaded event
+        // loop: nginx's one busy worker) has no second thread to corroborate: the alarm
+        // does, for that thread's lasting outlier when it was busy at its onset and no
+        // other thread was (measured: nginx under a CPU hog read `none`, its worker's
+        // `sendfile` 29× slower). Only an outlier of a call's execution time, not of its
+        // usual wait nor of a frequency: a lone worker whose requests stop waits longer
+        // and calls less, which is no fault. Not any lone outlier: letting one thread
+        // suffice everywhere made idle PostgreSQL and MariaDB read external, a background
+        // thread's waits lengthened once the load was gone (see EVALUATION.md, session 37).
+        let sole = match onset {
+            Onset::At(_) if corroborated.is_none() && lone.is_none() => {
+                let busy_at = |t: &Thread, at: u64| at_activity_floor(t, at, d, &self.params);
+                let mut busy_outliers = self.threads.iter().filter_map(|t| {
+                    let e = first(t, lo)?.0;
+                    let work = !e.frequency && !usual_wait(t, e.key, d);
+                    busy_at(t, e.alarm_ns).then_some((t.tid, e.alarm_ns, work))
+                });
+                match (busy_outliers.next(), busy_outliers.next()) {
+                    (Some((tid, at, true)), None)
+                        if begun_by_alarm(at)
+                            && !self.threads.iter().any(|t| t.tid != tid && busy_at(t, at)) =>
+                    {
+                        Some(at)
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
         // Likewise a CPU burner at the alarm: a runaway query holds a CPU without a single
         // syscall, and the sessions it slows may not slow enough to show outliers
         // (measured on MariaDB: the runaway session at 0.80 of a CPU, client p99 ×2, no
         // corroborated outlier). No healthy thread measured came near a burner's share.
         let alone_burners = match onset {
-            Onset::At(t) if corroborated.is_none() && lone.is_none() => {
+            Onset::At(t) if corroborated.is_none() && lone.is_none() && sole.is_none() => {
                 Some((t, self.cpu_burners(t, seen))).filter(|(_, b)| !b.is_empty())
             }
             _ => None,
         };
         let burner_alone = alone_burners.as_ref().map(|&(t, _)| t);
-        let cluster = corroborated.or(lone).or(burner_alone);
+        let cluster = corroborated.or(lone).or(sole).or(burner_alone);
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.
@@ -1428,7 +1470,11 @@ impl Target {
                         by_activity,
                     });
                     onsets.push(sigma);
-                    votes.push(e.key);
+                    votes.push(if e.mid_request {
+                        Vote::WaitsOnPeer
+                    } else {
+                        Vote::Channel(e.key)
+                    });
                     listed.push(AffectedThread {
                         tid: t.tid,
                         onset_seconds: sigma,
@@ -1481,6 +1527,7 @@ impl Target {
         // not one anomaly).
         let found = cluster.is_some()
             && (lone.is_some()
+                || sole.is_some()
                 || burner_alone.is_some()
                 || findings.len() >= self.params.min_affected_threads);
         // Found by a burner alone, T0 is the alarm time the burners were measured from.
@@ -1723,6 +1770,17 @@ impl Target {
         e.key == GAP_KEY
             || stops.silent_since.is_some() && !stops.asleep
             || !(self.idle_in_usual_wait(t, e.key) || parked_after_close(t))
+    }
+
+    /// Whether `t`'s open call of kind `key` is its usual wait entered mid-request (see
+    /// [`waits_mid_request`]). Not when the whole target stopped from outside: a frozen
+    /// server leaves backends mid-request too, and the freeze is what stopped them.
+    fn stopped_mid_request(&self, t: &Thread, key: u16, stops: &Stops) -> bool {
+        let frozen = stops.silent_since.is_some() && !stops.asleep;
+        !frozen
+            && t.pairer
+                .pending()
+                .is_some_and(|p| waits_mid_request(t, key, p.enter_ns, &self.d))
     }
 
     /// Whether `t`, in its call of kind `key`, waits in its usual wait for work (see
@@ -2263,6 +2321,7 @@ fn stopped_outside_calls(
         frequency: false,
         stall: true,
         busy,
+        mid_request: false,
         top,
     }
 }
@@ -2390,7 +2449,8 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
     }
     // A thread that found nothing to read and waited in its usual wait waited for its
     // clients, however long they took (see `waits_for_input`).
-    if usual_wait(th, call.syscall.0, d) && waits_for_input(th, call.enter_ns) {
+    let usual = usual_wait(th, call.syscall.0, d);
+    if usual && waits_for_input(th, call.enter_ns) {
         return None;
     }
     let ci = th.find_chan(call.syscall.0)?;
@@ -2413,7 +2473,14 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
         limit_ns,
         mean: Some(r.mean),
     };
-    Some(stopped_in_call(th, stop, d, p))
+    // Not right after a would-block receive (returned above), so mid-request when it
+    // has the habit and did not just send (see `waits_mid_request`).
+    Some(Episode {
+        mid_request: usual
+            && reads_until_would_block(th, call.enter_ns, d)
+            && !follows_a_send(th, call.enter_ns),
+        ..stopped_in_call(th, stop, d, p)
+    })
 }
 
 /// How a target's threads stopped, for the episodes of threads in no call
@@ -2527,6 +2594,31 @@ fn waits_for_input(th: &Thread, entry_ns: u64) -> bool {
             .any(|c| c.last_enter_ns == at && SyscallId(c.key).receives())
 }
 
+/// Whether `th`, in its usual wait of kind `key` entered at `entry_ns`, stopped in the
+/// middle of a request: it reads until a receive finds nothing (see
+/// [`reads_until_would_block`]) but did not enter this wait right after one (see
+/// [`waits_for_input`]), so what it waits for is not its clients but another thread or
+/// process (measured: PostgreSQL backends blocked on an advisory or table lock wait in
+/// the `epoll_wait` they wait for clients in; by call, they voted network I/O).
+fn waits_mid_request(th: &Thread, key: u16, entry_ns: u64, d: &Derived) -> bool {
+    usual_wait(th, key, d)
+        && reads_until_would_block(th, entry_ns, d)
+        && !waits_for_input(th, entry_ns)
+        && !follows_a_send(th, entry_ns)
+}
+
+/// Whether the latest call `th` began before `entry_ns`, as its channels hold them,
+/// hands output to a descriptor (see [`SyscallId::sends`]): a wait entered right after a
+/// send may wait for a full socket to drain (a send that found it full returns
+/// `-EAGAIN`, which is not kept), the network's doing, not a peer's.
+fn follows_a_send(th: &Thread, entry_ns: u64) -> bool {
+    th.chans
+        .iter()
+        .filter(|c| c.key != GAP_KEY && c.last_enter_ns != 0 && c.last_enter_ns < entry_ns)
+        .max_by_key(|c| c.last_enter_ns)
+        .is_some_and(|c| SyscallId(c.key).sends())
+}
+
 /// Share of a thread's calls that must be receives finding nothing for that to be its
 /// habit: PostgreSQL's backends make one per statement (about 1 call in 7), an event
 /// loop that reads once per readiness next to none, a stray one (an eventfd, a pipe)
@@ -2577,6 +2669,7 @@ fn stopped_in_call(th: &Thread, stop: Stop, d: &Derived, p: &Params) -> Episode 
         frequency: false,
         stall: true,
         busy: at_activity_floor(th, stop.enter_ns, d, p),
+        mid_request: false,
         top,
     }
 }

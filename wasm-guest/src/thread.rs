@@ -357,6 +357,11 @@ pub struct Episode {
     /// `min_active_calls` per α; a spin always: it stopped a thread that was working):
     /// on demand, such a stop alone is an anomaly (see `Target::evaluate`).
     pub busy: bool,
+    /// It stopped the thread in its usual wait after the thread had read a request, not
+    /// right after a receive found nothing (see `target::waits_mid_request`): the thread
+    /// waits on another thread or process, not on its clients, so it votes locking
+    /// whatever call it waits in.
+    pub mid_request: bool,
     pub top: [Increase; EPISODE_TOP],
 }
 

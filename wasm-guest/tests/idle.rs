@@ -5,7 +5,10 @@
 //! a wait entered right after a receive found nothing (`-EAGAIN`) waits for its client,
 //! the same wait entered after reading a request is a stop (a lock's waiter).
 
-use faultline_engine::report::{Report, Verdict};
+#[path = "common/replay.rs"]
+mod replay;
+
+use faultline_engine::report::{Report, Subsystem, Verdict};
 use faultline_engine::syscalls::SyscallId;
 use faultline_engine::{Engine, EventKind, Params, Stillness, SyscallEvent};
 
@@ -76,18 +79,7 @@ fn sessions(last: &[&str], wait: &str) -> Vec<SyscallEvent> {
 /// Continuous reports after the clients stopped, and the on-demand answer to an alarm
 /// 10 s after.
 fn after_the_stop(events: &[SyscallEvent]) -> (Vec<Report>, Report) {
-    let mut engine = Engine::new(Params::default()).expect("defaults");
-    let mut reports = Vec::new();
-    for c in events.chunks(4096) {
-        engine.ingest("db", c);
-        reports.extend(engine.take_reports());
-    }
-    let alarm = engine.trigger("db", START + 70 * S).expect("report");
-    let after = reports
-        .into_iter()
-        .filter(|r| r.window_end_ns > START + 60 * S)
-        .collect();
-    (after, alarm)
+    replay::reports_and_alarm("db", events, START + 60 * S, START + 70 * S)
 }
 
 fn assert_quiet(events: &[SyscallEvent]) {
@@ -290,6 +282,12 @@ enum End {
     /// it waits for its client in) from `at`; with `slow_writes`, its writes took 5 ms
     /// instead of 30 µs from 58 s on.
     BlocksAt { at: u64, slow_writes: bool },
+    /// At `at` it reads a request, waits 8 s in `poll` (a lock's waiter until the lock
+    /// was granted), and serves on until 100 s.
+    WaitsOnceAt(u64),
+    /// At `at` it reads a request, its `write` of the reply finds the socket full
+    /// (`-EAGAIN`), and it waits in `poll` for good (for a network that takes nothing).
+    WriteBlocksAt(u64),
 }
 
 /// A server whose `SESSIONS` sessions read their clients without blocking, as
@@ -307,12 +305,21 @@ fn nonblocking_server(end: impl Fn(u32) -> End) -> Vec<SyscallEvent> {
         let tid = 100 + s;
         let how = end(s);
         let until = match how {
-            End::Serves => START + 100 * S,
-            End::BlocksAt { at, .. } => at,
+            End::Serves | End::WaitsOnceAt(_) => START + 100 * S,
+            End::BlocksAt { at, .. } | End::WriteBlocksAt(at) => at,
             End::ClientPauses => START + 60 * S,
         };
         let mut t = START + u64::from(s) * 997_000;
+        let mut waited = false;
         while t < until {
+            if let End::WaitsOnceAt(at) = how {
+                if !waited && t >= at {
+                    ev.push(call(tid, "read", t, 20_000, Some(64)));
+                    ev.push(call(tid, "poll", t + 30_000, 8 * S, Some(1)));
+                    t += 30_000 + 8 * S + 10_000;
+                    waited = true;
+                }
+            }
             let slow = matches!(
                 how,
                 End::BlocksAt {
@@ -332,9 +339,14 @@ fn nonblocking_server(end: impl Fn(u32) -> End) -> Vec<SyscallEvent> {
             }
         }
         match how {
-            End::Serves => continue,
+            End::Serves | End::WaitsOnceAt(_) => continue,
             End::ClientPauses => ev.push(call(tid, "read", t, 20_000, Some(would_block))),
             End::BlocksAt { .. } => ev.push(call(tid, "read", t, 20_000, Some(64))),
+            End::WriteBlocksAt(_) => {
+                ev.push(call(tid, "read", t, 20_000, Some(64)));
+                t += 30_000;
+                ev.push(call(tid, "write", t, 20_000, Some(would_block)));
+            }
         }
         ev.push(SyscallEvent::enter(1, tid, id("poll"), t + 30_000));
     }
@@ -365,7 +377,45 @@ fn sessions_waiting_in_their_usual_wait_after_reading_a_request_are_stopped() {
     assert_eq!(alarm.verdict, Verdict::Internal, "{}", alarm.hint);
     let tids: Vec<u32> = alarm.affected_threads.iter().map(|a| a.tid).collect();
     assert!(tids.iter().all(|&t| blocked(t - 100)), "{tids:?}");
-    assert!(after.iter().any(|r| r.verdict == Verdict::Internal));
+    // They wait on a peer, not on the network their `poll` is a call of.
+    assert_eq!(alarm.subsystem, Subsystem::Locking, "{}", alarm.hint);
+    assert!(after
+        .iter()
+        .any(|r| r.verdict == Verdict::Internal && r.subsystem == Subsystem::Locking));
+}
+
+#[test]
+fn a_wait_entered_after_reading_a_request_that_ended_votes_locking() {
+    // Three of eight wait 8 s mid-request, then serve on: only the returned wait shows
+    // it, and it is a wait on a peer (a lock granted late), not on the network.
+    let alarm = three_of_eight(End::WaitsOnceAt(START + 60 * S));
+    assert_eq!(alarm.verdict, Verdict::Internal, "{}", alarm.hint);
+    assert_eq!(alarm.subsystem, Subsystem::Locking, "{}", alarm.hint);
+}
+
+/// The on-demand report on [`nonblocking_server`] whose first three sessions end as
+/// `end` says while the other five serve on.
+fn three_of_eight(end: End) -> Report {
+    let events = nonblocking_server(|s| if s < 3 { end } else { End::Serves });
+    after_the_stop(&events).1
+}
+
+#[test]
+fn a_wait_for_a_full_socket_to_drain_votes_its_call() {
+    // Mid-request too, but right after a write: the thread may wait for the network to
+    // take its reply, so the wait is no evidence of a peer.
+    let alarm = three_of_eight(End::WriteBlocksAt(START + 60 * S));
+    assert_eq!(alarm.verdict, Verdict::Internal, "{}", alarm.hint);
+    assert_eq!(alarm.subsystem, Subsystem::NetworkIo, "{}", alarm.hint);
+}
+
+#[test]
+fn a_wait_after_a_request_votes_its_call_without_the_habit_of_reading_until_blocked() {
+    // [`server`]'s sessions read with blocking calls: after a request, their stuck
+    // `poll` says nothing about what they wait for, so it votes as the call it is.
+    let (_, alarm) = after_the_stop(&woken_sessions(64));
+    assert_ne!(alarm.verdict, Verdict::None, "{}", alarm.hint);
+    assert_eq!(alarm.subsystem, Subsystem::NetworkIo, "{}", alarm.hint);
 }
 
 #[test]

@@ -9,8 +9,8 @@ import time
 import urllib.request
 
 from .env import mono_ns
+from .ports import free_addr
 
-PORT = 19464
 ALARM_AFTER_S = 10.0
 
 
@@ -29,12 +29,13 @@ class LivePlugin:
         os.makedirs(self.out_dir, exist_ok=True)
         self.reports = os.path.join(self.out_dir, "live_reports.jsonl")
         config = os.path.join(self.out_dir, "live.toml")
+        self.metrics = free_addr()
         with open(config, "w") as f:
             f.write(
                 f'[[targets]]\nname = "{self.target}"\nprocess_names = ["{self.comm}"]\n\n'
                 "[sources.otlp]\nenabled = false\n\n"
                 f"[sources.perf]\nenabled = true\npids = {json.dumps(pids)}\n\n"
-                f'[sinks.prometheus]\nlisten = "127.0.0.1:{PORT}"\n\n'
+                f'[sinks.prometheus]\nlisten = "{self.metrics}"\n\n'
                 f'[sinks.json]\nenabled = true\npath = "{self.reports}"\n'
             )
         self.proc = subprocess.Popen(
@@ -46,7 +47,7 @@ class LivePlugin:
         def fire():
             time.sleep(max(0.0, ALARM_AFTER_S + 2.0 - (mono_ns() - fault_start_ns) / 1e9))
             at = int(fault_start_ns + ALARM_AFTER_S * 1e9)
-            url = f"http://127.0.0.1:{PORT}/trigger?target={self.target}&at_ns={at}"
+            url = f"http://{self.metrics}/trigger?target={self.target}&at_ns={at}"
             try:
                 req = urllib.request.Request(url, method="POST", data=b"")
                 with urllib.request.urlopen(req, timeout=30) as r:

@@ -11,8 +11,8 @@ import subprocess
 import time
 import urllib.request
 
-GRPC = "127.0.0.1:14317"
-METRICS = "127.0.0.1:19465"
+from .ports import free_addr
+
 LINE = re.compile(r"^\s*(\S+)\s+(\d+)/(\d+)\s+(\d+)\.(\d+):\s+raw_syscalls:sys_(enter|exit):\s+NR\s+(-?\d+)(?:.*=\s*(-?\d+))?")
 
 
@@ -29,14 +29,17 @@ def records(trace):
 
 
 def start_plugin(binary, out_dir, target):
+    """Starts `faultline run` with an OTLP source on free ports; returns the process, the
+    JSON reports' path, the gRPC address to export to and the metrics address."""
     config = os.path.join(out_dir, "otlp.toml")
     reports = os.path.join(out_dir, "otlp_reports.jsonl")
+    grpc, http, metrics = free_addr(), free_addr(), free_addr()
     with open(config, "w") as f:
         f.write(
             f'[[targets]]\nname = "{target}"\nservice_names = ["{target}"]\n\n'
-            f'[sources.otlp]\nenabled = true\ngrpc = "{GRPC}"\nhttp = "127.0.0.1:14318"\n\n'
+            f'[sources.otlp]\nenabled = true\ngrpc = "{grpc}"\nhttp = "{http}"\n\n'
             f'[pipeline]\nqueue_capacity = 4096\n\n'
-            f'[sinks.prometheus]\nlisten = "{METRICS}"\n\n[sinks.json]\nenabled = true\npath = "{reports}"\n'
+            f'[sinks.prometheus]\nlisten = "{metrics}"\n\n[sinks.json]\nenabled = true\npath = "{reports}"\n'
         )
     proc = subprocess.Popen([binary, "run", "--config", config], stdout=subprocess.DEVNULL,
                             stderr=open(os.path.join(out_dir, "otlp.log"), "w"))
@@ -45,8 +48,8 @@ def start_plugin(binary, out_dir, target):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            urllib.request.urlopen(f"http://{METRICS}/healthz", timeout=1).read()
-            return proc, reports
+            urllib.request.urlopen(f"http://{metrics}/healthz", timeout=1).read()
+            return proc, reports, grpc, metrics
         except OSError:
             if proc.poll() is not None:
                 break
@@ -55,12 +58,12 @@ def start_plugin(binary, out_dir, target):
     raise RuntimeError("faultline run did not start within 60 s or exited (see otlp.log)")
 
 
-def metric(name):
-    text = urllib.request.urlopen(f"http://{METRICS}/metrics", timeout=5).read().decode()
+def metric(metrics, name):
+    text = urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5).read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
-def send(trace, target):
+def send(trace, target, grpc):
     """Exports the trace with one LoggerProvider per process (process.pid is a resource
     attribute); returns the number of records sent."""
     from opentelemetry._logs import LogRecord
@@ -76,7 +79,7 @@ def send(trace, target):
             provider = LoggerProvider(resource=Resource.create({"service.name": target, "process.pid": pid}))
             # A queue large enough that the SDK never drops (it drops silently when full).
             provider.add_log_record_processor(BatchLogRecordProcessor(
-                OTLPLogExporter(endpoint=f"http://{GRPC}", insecure=True),
+                OTLPLogExporter(endpoint=f"http://{grpc}", insecure=True),
                 max_queue_size=1 << 20, max_export_batch_size=2048, schedule_delay_millis=200))
             providers[pid], logger = provider, provider.get_logger("faultline.realworld")
             loggers[pid] = logger
@@ -94,19 +97,20 @@ def send(trace, target):
 def run(binary, case_dir, truth, alarm_after_s=10.0):
     """Returns the OTLP path's on-demand diagnosis and the event accounting."""
     target = truth["app"]
-    proc, _ = start_plugin(binary, case_dir, target)
+    proc, _, grpc, metrics = start_plugin(binary, case_dir, target)
     try:
         t0 = time.time()
-        sent = send(os.path.join(case_dir, truth["trace_file"]), target)
+        sent = send(os.path.join(case_dir, truth["trace_file"]), target, grpc)
         took = time.time() - t0
         deadline = time.time() + 60
-        while time.time() < deadline and metric("faultline_engine_events_total") < metric("faultline_events_received_total"):
+        while (time.time() < deadline
+               and metric(metrics, "faultline_engine_events_total") < metric(metrics, "faultline_events_received_total")):
             time.sleep(0.5)
-        received = metric("faultline_events_received_total")
-        dropped = metric("faultline_events_dropped_total")
-        rejected = metric("faultline_decode_errors_total")
+        received = metric(metrics, "faultline_events_received_total")
+        dropped = metric(metrics, "faultline_events_dropped_total")
+        rejected = metric(metrics, "faultline_decode_errors_total")
         at = int(truth["fault_start_ns"] + alarm_after_s * 1e9)
-        req = urllib.request.Request(f"http://{METRICS}/trigger?target={target}&at_ns={at}", method="POST", data=b"")
+        req = urllib.request.Request(f"http://{metrics}/trigger?target={target}&at_ns={at}", method="POST", data=b"")
         report = json.loads(urllib.request.urlopen(req, timeout=60).read())
     finally:
         proc.terminate()

@@ -152,6 +152,13 @@ impl SyscallId {
         subsystem::receives(self.0)
     }
 
+    /// Whether this call hands output to a file or socket (`write`, `writev`, `sendto`,
+    /// `sendmsg`, `sendmmsg`, `sendfile`): a wait right after one may wait for a full
+    /// socket to drain, which is the network's doing, not a peer's.
+    pub fn sends(self) -> bool {
+        subsystem::sends(self.0)
+    }
+
     /// Number of ids; every id is below it.
     pub fn count() -> usize {
         NAMES.len()
@@ -275,6 +282,18 @@ mod tests {
             "zzz",
         ] {
             assert!(!SyscallId::from_name(name).receives(), "{name}");
+        }
+    }
+
+    #[test]
+    fn sends_are_the_calls_that_write_a_descriptor() {
+        for name in [
+            "write", "writev", "sendto", "sendmsg", "sendmmsg", "sendfile",
+        ] {
+            assert!(SyscallId::from_name(name).sends(), "{name}");
+        }
+        for name in ["read", "recvfrom", "epoll_wait", "pwrite64", "fsync", "zzz"] {
+            assert!(!SyscallId::from_name(name).sends(), "{name}");
         }
     }
 

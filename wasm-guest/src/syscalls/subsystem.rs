@@ -314,6 +314,21 @@ pub(super) fn receives(id: u16) -> bool {
     RECEIVES.contains(&id)
 }
 
+/// Calls that hand output to a descriptor (see [`SyscallId::sends`](super::SyscallId::sends)).
+const SENDS: [u16; 6] = [
+    const_id("write"),
+    const_id("writev"),
+    const_id("sendto"),
+    const_id("sendmsg"),
+    const_id("sendmmsg"),
+    const_id("sendfile"),
+];
+
+/// Whether `id` is one of [`SENDS`].
+pub(super) fn sends(id: u16) -> bool {
+    SENDS.contains(&id)
+}
+
 /// Subsystem of every id, indexed by id.
 pub(super) const SUBSYSTEMS: [Subsystem; NAMES.len()] = build();
 

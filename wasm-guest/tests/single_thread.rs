@@ -1,0 +1,116 @@
+//! A target whose load one thread carries (a single-threaded event loop: nginx's one busy
+//! worker beside its idle master). No second thread can corroborate the worker's outliers,
+//! so on demand the alarm does: the worker's lasting outlier, when it was the only busy
+//! thread, is the anomaly (τ 1 of 1). Continuous mode still asks for two threads.
+
+#[path = "common/replay.rs"]
+mod replay;
+
+use faultline_engine::report::{Report, Verdict};
+use faultline_engine::syscalls::SyscallId;
+use faultline_engine::SyscallEvent;
+
+const MS: u64 = 1_000_000;
+const S: u64 = 1_000 * MS;
+const START: u64 = 1_000 * S;
+const FAULT: u64 = START + 60 * S;
+const END: u64 = START + 100 * S;
+
+fn id(name: &str) -> SyscallId {
+    SyscallId::from_name(name)
+}
+
+/// How a worker's calls go from [`FAULT`] on.
+#[derive(Clone, Copy, PartialEq)]
+enum After {
+    /// As before.
+    Same,
+    /// Every call but its wait 20× longer (a CPU hog preempting it inside its calls).
+    Slowed,
+    /// No more requests: it waits in `epoll_wait` 1 s at a time.
+    Idle,
+}
+
+/// `workers` event-loop threads serving requests (wait 0.5 ms in `epoll_wait`, then
+/// `recvfrom`, `openat`, `sendfile`, `close`: about 1,700 calls/s), and a master thread
+/// waking every second; worker 0's calls change at [`FAULT`] as `after` says.
+fn event_loop(workers: u32, after: After) -> Vec<SyscallEvent> {
+    let mut ev = Vec::new();
+    let mut t = START;
+    while t < END {
+        ev.push(SyscallEvent::complete(
+            1,
+            1,
+            id("rt_sigsuspend"),
+            t,
+            S - 20_000,
+        ));
+        t += S;
+    }
+    for w in 0..workers {
+        let tid = 10 + w;
+        let mut t = START + u64::from(w) * 137_000;
+        while t < END {
+            let changed = w == 0 && t >= FAULT;
+            if changed && after == After::Idle {
+                ev.push(SyscallEvent::complete(1, tid, id("epoll_wait"), t, S));
+                t += S + 10_000;
+                continue;
+            }
+            let slow = |name| {
+                if changed && after == After::Slowed && name != "epoll_wait" {
+                    20
+                } else {
+                    1
+                }
+            };
+            for (name, dur) in [
+                ("epoll_wait", 500_000),
+                ("recvfrom", 5_000),
+                ("openat", 8_000),
+                ("sendfile", 30_000),
+                ("close", 4_000),
+            ] {
+                let dur = dur * slow(name);
+                ev.push(SyscallEvent::complete(1, tid, id(name), t, dur));
+                t += dur + 5_000;
+            }
+        }
+    }
+    ev.sort_by_key(|e| e.ts_ns);
+    ev
+}
+
+/// The on-demand report at [`FAULT`] + 10 s, and every continuous report after the fault.
+fn diagnose(events: &[SyscallEvent]) -> (Report, Vec<Report>) {
+    let (after, alarm) = replay::reports_and_alarm("web", events, FAULT, FAULT + 10 * S);
+    (alarm, after)
+}
+
+#[test]
+fn the_only_busy_thread_slowed_at_the_alarm_is_an_environment_fault() {
+    let (alarm, after) = diagnose(&event_loop(1, After::Slowed));
+    assert_eq!(alarm.verdict, Verdict::External, "{}", alarm.hint);
+    assert_eq!(alarm.threads.directly_affected, 1);
+    // Continuous mode has no alarm to corroborate a single thread.
+    assert!(!after.is_empty());
+    assert!(after.iter().all(|r| r.verdict == Verdict::None));
+}
+
+#[test]
+fn the_only_busy_thread_running_out_of_requests_is_no_fault() {
+    let (alarm, after) = diagnose(&event_loop(1, After::Idle));
+    assert_eq!(alarm.verdict, Verdict::None, "{}", alarm.hint);
+    assert!(after.iter().all(|r| r.verdict == Verdict::None));
+}
+
+#[test]
+fn one_slowed_thread_beside_another_busy_one_is_not_the_target_alone() {
+    // Its peer goes on as before: one of two busy threads is no corroborated anomaly,
+    // and not a target whose load one thread carries.
+    let (alarm, _) = diagnose(&event_loop(2, After::Slowed));
+    assert_eq!(alarm.verdict, Verdict::None, "{}", alarm.hint);
+    // The same stream unchanged is quiet too.
+    let (quiet, _) = diagnose(&event_loop(1, After::Same));
+    assert_eq!(quiet.verdict, Verdict::None, "{}", quiet.hint);
+}
