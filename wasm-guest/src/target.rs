@@ -1358,7 +1358,12 @@ impl Target {
                 let busy_at = |t: &Thread, at: u64| at_activity_floor(t, at, d, &self.params);
                 let mut busy_outliers = self.threads.iter().filter_map(|t| {
                     let e = first(t, lo)?.0;
-                    let work = !e.frequency && !usual_wait(t, e.key, d);
+                    // (A stall or a returned stuck call lasted by definition, but a
+                    // single pause of one thread says nothing of its peers: measured on
+                    // a generated event loop, one 1.5-s pause read external. And the
+                    // gap channel is no call.)
+                    let work =
+                        !e.frequency && !e.stall && e.key != GAP_KEY && !usual_wait(t, e.key, d);
                     busy_at(t, e.alarm_ns).then_some((t.tid, e.alarm_ns, work))
                 });
                 match (busy_outliers.next(), busy_outliers.next()) {

@@ -11,7 +11,7 @@ import subprocess
 import time
 import urllib.request
 
-from .ports import free_addr
+from .ports import free_addrs
 
 LINE = re.compile(r"^\s*(\S+)\s+(\d+)/(\d+)\s+(\d+)\.(\d+):\s+raw_syscalls:sys_(enter|exit):\s+NR\s+(-?\d+)(?:.*=\s*(-?\d+))?")
 
@@ -33,7 +33,7 @@ def start_plugin(binary, out_dir, target):
     JSON reports' path, the gRPC address to export to and the metrics address."""
     config = os.path.join(out_dir, "otlp.toml")
     reports = os.path.join(out_dir, "otlp_reports.jsonl")
-    grpc, http, metrics = free_addr(), free_addr(), free_addr()
+    grpc, http, metrics = free_addrs(3)
     with open(config, "w") as f:
         f.write(
             f'[[targets]]\nname = "{target}"\nservice_names = ["{target}"]\n\n'
@@ -49,7 +49,11 @@ def start_plugin(binary, out_dir, target):
     while time.monotonic() < deadline:
         try:
             urllib.request.urlopen(f"http://{metrics}/healthz", timeout=1).read()
-            return proc, reports, grpc, metrics
+            # Ours answered, as far as one can tell: a plugin that cannot bind its
+            # port exits, and then another one took the port first.
+            if proc.poll() is None:
+                return proc, reports, grpc, metrics
+            break
         except OSError:
             if proc.poll() is not None:
                 break
