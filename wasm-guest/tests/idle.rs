@@ -443,6 +443,27 @@ fn waiters_still_stopped_corroborate_each_other_whatever_they_showed_first() {
 }
 
 #[test]
+fn sessions_stopped_mid_request_by_a_stop_of_the_whole_target_do_not_vote_locking() {
+    // Every session reads a request and waits, and nothing else calls: the target fell
+    // silent, not seen asleep (a frozen cgroup). The freeze stopped them, not a peer.
+    let mut events = nonblocking_server(|_| End::BlocksAt {
+        at: START + 60 * S,
+        slow_writes: false,
+    });
+    events.retain(|e| e.tid != 1);
+    let end = events.iter().map(|e| e.ts_ns).max().unwrap_or(START);
+    let mut engine = Engine::new(Params::default()).expect("defaults");
+    for c in events.chunks(4096) {
+        engine.ingest("db", c);
+    }
+    engine.take_reports();
+    engine.advance("db", end + 30 * S, Stillness::Unknown);
+    let last = engine.take_reports().pop().expect("reports while silent");
+    assert_eq!(last.verdict, Verdict::External, "{}", last.hint);
+    assert_ne!(last.subsystem, Subsystem::Locking, "{}", last.hint);
+}
+
+#[test]
 fn a_stray_would_block_does_not_make_a_thread_one_that_reads_until_it_blocks() {
     // [`server`]'s sessions read with blocking calls; one read each, at 30 s, found
     // nothing (`-EAGAIN`). At 60 s their clients stop after a last request: they wait in

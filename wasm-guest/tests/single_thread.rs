@@ -31,6 +31,8 @@ enum After {
     Idle,
     /// Once, 2 s in, it pauses 1.5 s between calls, or in one `fsync`, then serves on.
     PausesOnce { in_fsync: bool },
+    /// Its calls keep their times but it reads each request in five `recvfrom`s.
+    ReadsMore,
 }
 
 /// `workers` event-loop threads serving requests (wait 0.5 ms in `epoll_wait`, then
@@ -76,6 +78,15 @@ fn event_loop(workers: u32, after: After) -> Vec<SyscallEvent> {
                     1
                 }
             };
+            let reads = if changed && after == After::ReadsMore {
+                5
+            } else {
+                1
+            };
+            for _ in 1..reads {
+                ev.push(SyscallEvent::complete(1, tid, id("recvfrom"), t, 5_000));
+                t += 10_000;
+            }
             for (name, dur) in [
                 ("epoll_wait", 500_000),
                 ("recvfrom", 5_000),
@@ -124,6 +135,14 @@ fn the_only_busy_thread_pausing_once_is_no_fault() {
         let (alarm, _) = diagnose(&event_loop(1, After::PausesOnce { in_fsync }));
         assert_eq!(alarm.verdict, Verdict::None, "{in_fsync}: {}", alarm.hint);
     }
+}
+
+#[test]
+fn the_only_busy_thread_calling_more_often_is_no_environment_fault() {
+    // A frequency outlier alone: more calls of the same speed are the thread's own doing
+    // (or its clients'), not an environment that slows calls.
+    let (alarm, _) = diagnose(&event_loop(1, After::ReadsMore));
+    assert_eq!(alarm.verdict, Verdict::None, "{}", alarm.hint);
 }
 
 #[test]
