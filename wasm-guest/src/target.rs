@@ -2454,8 +2454,7 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
     }
     // A thread that found nothing to read and waited in its usual wait waited for its
     // clients, however long they took (see `waits_for_input`).
-    let usual = usual_wait(th, call.syscall.0, d);
-    if usual && waits_for_input(th, call.enter_ns) {
+    if usual_wait(th, call.syscall.0, d) && waits_for_input(th, call.enter_ns) {
         return None;
     }
     let ci = th.find_chan(call.syscall.0)?;
@@ -2478,12 +2477,8 @@ fn resumed_stuck_episode(th: &Thread, call: Call, d: &Derived, p: &Params) -> Op
         limit_ns,
         mean: Some(r.mean),
     };
-    // Not right after a would-block receive (returned above), so mid-request when it
-    // has the habit and did not just send (see `waits_mid_request`).
     Some(Episode {
-        mid_request: usual
-            && reads_until_would_block(th, call.enter_ns, d)
-            && !follows_a_send(th, call.enter_ns),
+        mid_request: waits_mid_request(th, call.syscall.0, call.enter_ns, d),
         ..stopped_in_call(th, stop, d, p)
     })
 }
