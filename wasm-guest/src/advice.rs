@@ -40,6 +40,21 @@ pub fn hint_for(verdict: Verdict, subsystem: Subsystem, top: Option<&RankedSysca
             "Only some threads are affected, at different times: the service's own code is the likely cause."
         }
     };
+    with_top(base, verdict, top)
+}
+
+/// The hint for an environment verdict with a CPU quota throttling the target (see
+/// [`crate::cpu_time::ThrottleTest`]): the quota, not a busy host, is what to raise, and
+/// "every thread slowed at once" may not be what its calls showed.
+pub fn throttled(top: Option<&RankedSyscall>) -> String {
+    with_top(
+        "A CPU quota throttles the service: its threads were stopped while runnable, with the CPU left idle (check the cgroup or container CPU limit, cpu.max, and its throttling counters).",
+        Verdict::External,
+        top,
+    )
+}
+
+fn with_top(base: &str, verdict: Verdict, top: Option<&RankedSyscall>) -> String {
     match (verdict, top) {
         (Verdict::None, _) | (_, None) => base.to_string(),
         (_, Some(t)) => format!(

@@ -175,6 +175,35 @@ pub fn with_cpu_neighbours(d: Differentiation, taken: bool, burners: usize) -> D
     }
 }
 
+/// Fig. 3 extended by the scheduler's account: an anomaly during which a CPU quota
+/// throttled the target (`throttled`, see [`crate::cpu_time::ThrottleTest`]) is external,
+/// unless a thread of the target burned a CPU (`burners`: a runaway inside a capped group
+/// is what uses up its quota). A quota stops every thread of the group at once, but only
+/// when the group runs out, so busy threads meet it at different times and τ can read
+/// like a bug. On demand a throttled target is an anomaly even when no thread's calls
+/// show one (`by_quota`, see `Target::evaluate`): then `None` becomes external too;
+/// otherwise, as for other processes taking the CPU, only an internal verdict changes.
+pub fn with_cpu_quota(
+    d: Differentiation,
+    throttled: bool,
+    burners: usize,
+    by_quota: bool,
+) -> Differentiation {
+    let turns = match d.verdict {
+        Verdict::Internal => true,
+        Verdict::None => by_quota,
+        Verdict::External => false,
+    };
+    if !throttled || burners > 0 || !turns {
+        return d;
+    }
+    Differentiation {
+        verdict: Verdict::External,
+        decided_by: DecisionPath::CpuThrottled,
+        ..d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -295,5 +324,33 @@ mod tests {
         assert_eq!(with_cpu_neighbours(burner.clone(), true, 1), burner);
         let none = differentiate(&[], pop, TH, false);
         assert_eq!(with_cpu_neighbours(none.clone(), true, 0), none);
+    }
+
+    #[test]
+    fn a_cpu_quota_makes_a_local_or_empty_verdict_external() {
+        let pop = Population {
+            active: 10,
+            active_io: 10,
+        };
+        let few: Vec<_> = (0..3).map(|_| f(0.1, false)).collect();
+        let local = differentiate(&few, pop, TH, false);
+        assert_eq!(with_cpu_quota(local.clone(), false, 0, false), local);
+        let quota = with_cpu_quota(local.clone(), true, 0, false);
+        assert_eq!(
+            (quota.verdict, quota.decided_by, quota.impact_factor),
+            (Verdict::External, DecisionPath::CpuThrottled, 0.3)
+        );
+        // The anomaly a throttled target is on demand, with no thread's calls showing it;
+        // no other `None` changes.
+        let none = differentiate(&[], pop, TH, false);
+        let alone = with_cpu_quota(none.clone(), true, 0, true);
+        assert_eq!(alone.verdict, Verdict::External);
+        assert_eq!(with_cpu_quota(none.clone(), true, 0, false), none);
+        // A burner of the target's own used the quota up; an environment verdict keeps
+        // the step that decided it.
+        assert_eq!(with_cpu_quota(local.clone(), true, 1, false), local);
+        let all: Vec<_> = (0..10).map(|_| f(0.1, false)).collect();
+        let global = differentiate(&all, pop, TH, false);
+        assert_eq!(with_cpu_quota(global.clone(), true, 0, false), global);
     }
 }

@@ -55,6 +55,11 @@ pub enum DecisionPath {
     /// Other processes took the target's CPU after the onset (scheduler records, see
     /// [`crate::cpu_time`] and [`Report::cpu_taken`]): the environment, whatever τ said.
     CpuNeighbour,
+    /// A CPU quota throttled the target after the onset: its threads were switched away
+    /// while runnable with the CPU left idle (scheduler records, see
+    /// [`crate::cpu_time::ThrottleTest`] and [`Report::cpu_taken`]): the environment,
+    /// whatever τ said.
+    CpuThrottled,
 }
 
 /// Kernel subsystem a syscall (and so a diagnosis) points at.
@@ -260,9 +265,11 @@ pub struct Report {
     /// records; see [`crate::cpu_time`]), which make the verdict internal.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cpu_burners: Vec<crate::cpu_time::Burner>,
-    /// How often the target's threads handed their CPU to another process when they left
-    /// it, before and after the onset (only with switch records naming the next task);
-    /// `taken` says whether that made the verdict external.
+    /// How often the target's threads handed their CPU to another process, or left it
+    /// idle while still runnable (a CPU quota), when they left it, before and after the
+    /// onset (only with switch records naming the next task); `taken` and `throttled` say
+    /// whether that made the verdict external. When the quota alone found the anomaly on
+    /// demand, the span after is the `persistence_seconds` before the alarm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_taken: Option<CpuTaken>,
     /// What the counters say the threads were doing (ChopStix's vital signs and
@@ -304,6 +311,21 @@ pub struct CpuTaken {
     /// (`crate::cpu_time::SaturationTest`). Makes the subsystem CPU scheduling.
     #[serde(default)]
     pub saturated: bool,
+    /// Share of the switches away that were preemptions leaving the CPU idle, median over
+    /// the spans before the onset: a thread that could run, stopped with nothing else to
+    /// run, is one a CPU quota throttled.
+    #[serde(default)]
+    pub throttled_share_before: f64,
+    /// The same share after the onset (the higher of the span after the onset and the
+    /// span before the alarm, when that has enough switches), so it may cover another span
+    /// than `switches_after`.
+    #[serde(default)]
+    pub throttled_share_after: f64,
+    /// Whether the shares passed `crate::cpu_time::ThrottleTest`: a CPU quota throttled
+    /// the target. Makes an anomaly without a CPU burner external, with the subsystem CPU
+    /// scheduling.
+    #[serde(default)]
+    pub throttled: bool,
 }
 
 /// One affected thread of a report.
@@ -407,6 +429,8 @@ impl Report {
             c.share_before = tidy(c.share_before);
             c.share_after = tidy(c.share_after);
             c.idle_share_before = tidy(c.idle_share_before);
+            c.throttled_share_before = tidy(c.throttled_share_before);
+            c.throttled_share_after = tidy(c.throttled_share_after);
             c.idle_share_after = tidy(c.idle_share_after);
         }
     }

@@ -40,7 +40,9 @@
 //! the epoch's overflowed calls, 98 % of the time.
 
 use crate::clock_screen::{ClockScreen, Screened, MAX_CLOCK_JUMP_NS};
-use crate::cpu_time::{Burner, BurnerTest, NeighbourTest, NextTask, SaturationTest, Switches};
+use crate::cpu_time::{
+    Burner, BurnerTest, NeighbourTest, NextTask, SaturationTest, Switches, ThrottleTest,
+};
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
 use crate::event::{EventKind, PerfCounters, SyscallEvent};
@@ -92,6 +94,10 @@ const SPINNER_MIN_PREEMPTIONS_PER_SECOND: f64 = 2.0;
 /// CPU needs on each side of the onset (see [`NeighbourTest`]): a target that hardly
 /// leaves its CPU says little about who gets it.
 const NEIGHBOUR_MIN_SWITCHES_PER_SECOND: f64 = 5.0;
+/// Throttled switches a second, over all threads, the quota test needs after the onset
+/// (see [`ThrottleTest`]): a quota's period is 100 ms by default, so a throttled group
+/// meets it several times a second.
+const THROTTLED_MIN_PER_SECOND: f64 = 1.0;
 
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
@@ -1389,7 +1395,25 @@ impl Target {
             _ => None,
         };
         let burner_alone = alone_burners.as_ref().map(|&(t, _)| t);
-        let cluster = corroborated.or(lone).or(sole).or(burner_alone);
+        // Likewise a CPU quota throttling the target in the span before the alarm: a
+        // quota delays requests between calls more than in them, and a single busy
+        // thread has no peer to corroborate what its calls show (measured: nginx's one
+        // worker under a cap, client p99 ×22, no lasting outlier; see EVALUATION.md,
+        // session 38). No recording without a cap had a throttled switch (ThrottleTest).
+        let quota_at_alarm = match onset {
+            Onset::At(t) => self
+                .cpu_taken(t.saturating_sub(self.d.persistence_ns), Some(t), seen)
+                .filter(|c| c.throttled)
+                .map(|c| (t, c)),
+            Onset::Detect => None,
+        };
+        let quota_alone =
+            quota_at_alarm.filter(|_| corroborated.is_none() && lone.is_none() && sole.is_none());
+        let cluster = corroborated
+            .or(lone)
+            .or(sole)
+            .or(burner_alone)
+            .or(quota_alone.map(|(t, _)| t));
         let t0 = match onset {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.
@@ -1534,6 +1558,7 @@ impl Target {
             && (lone.is_some()
                 || sole.is_some()
                 || burner_alone.is_some()
+                || quota_alone.is_some()
                 || findings.len() >= self.params.min_affected_threads);
         // Found by a burner alone, T0 is the alarm time the burners were measured from.
         let burners = match (t0, alone_burners) {
@@ -1547,10 +1572,14 @@ impl Target {
         // indirect (τ = 0, "internal"). Measured: a 2-s slowdown 14 s after the alarm of a
         // PostgreSQL control (client p99 3 → 39 ms for those 2 s) read internal, 0 of 4
         // direct. A CPU burner is the exception: a runaway thread makes no syscalls, so
-        // the threads it starves may show it only later.
-        let late_only = matches!(onset, Onset::At(_))
+        // the threads it starves may show it only later; so is a quota throttling the
+        // target at the alarm, measured on the scheduler's records, not on the calls
+        // (the anomaly then rests on the quota, as when no call showed one).
+        let late = matches!(onset, Onset::At(_))
             && burners.is_empty()
             && !findings.iter().any(|f| f.direct(self.params.alpha_seconds));
+        let by_quota = quota_alone.or(quota_at_alarm.filter(|_| late));
+        let late_only = late && by_quota.is_none();
         let anomalous = found && !late_only;
         let top_time = rank.by_time(self.params.top_n);
         let top_freq = rank.by_frequency(self.params.top_n);
@@ -1577,10 +1606,20 @@ impl Target {
             Onset::At(t) => t,
             Onset::Detect => seen,
         };
-        let cpu_taken = match t0 {
-            Some(t0) if anomalous => self.cpu_taken(t0, Some(alarm), seen),
+        let cpu_taken = match (t0, by_quota) {
+            // What the anomaly rests on: the span before the alarm.
+            (_, Some((_, c))) => Some(c),
+            (Some(t0), None) if anomalous => self.cpu_taken(t0, Some(alarm), seen),
             _ => None,
         };
+        // The quota first: when both hold (a throttled thread's CPU went to another
+        // process), the quota is the more specific cause.
+        let diff = diagnosis::with_cpu_quota(
+            diff,
+            cpu_taken.is_some_and(|c| c.throttled),
+            burners.len(),
+            by_quota.is_some(),
+        );
         let diff =
             diagnosis::with_cpu_neighbours(diff, cpu_taken.is_some_and(|c| c.taken), burners.len());
         // The scheduler's account names the subsystem before the calls do: a thread of
@@ -1592,10 +1631,11 @@ impl Target {
         // for an environment verdict: an internal one with CPU scheduling would tell the
         // on-call engineer to look for a loop in the service.
         let cpu_bound = !burners.is_empty()
-            || (diff.verdict == Verdict::External && cpu_taken.is_some_and(|c| c.saturated))
+            || (diff.verdict == Verdict::External
+                && cpu_taken.is_some_and(|c| c.saturated || c.throttled))
             || matches!(
                 diff.decided_by,
-                DecisionPath::CpuBurner | DecisionPath::CpuNeighbour
+                DecisionPath::CpuBurner | DecisionPath::CpuNeighbour | DecisionPath::CpuThrottled
             );
         let subsystem = if diff.verdict == Verdict::None {
             crate::report::Subsystem::None
@@ -1618,7 +1658,12 @@ impl Target {
             OnsetDistribution::default()
         };
         let (syscalls, events) = self.activity_summary(from, to);
-        let mut hint = crate::advice::hint_for(diff.verdict, subsystem, top_time.first());
+        let quota = diff.verdict == Verdict::External && cpu_taken.is_some_and(|c| c.throttled);
+        let mut hint = if quota {
+            crate::advice::throttled(top_time.first())
+        } else {
+            crate::advice::hint_for(diff.verdict, subsystem, top_time.first())
+        };
         let silent = self.silent_seconds(to);
         if silent * 1e9 >= self.d.cadence_ns as f64 {
             let asleep = self.still == Stillness::Asleep;
@@ -1948,18 +1993,22 @@ impl Target {
                 .fold(Switches::default(), |s, c| s.plus(c.switches(lo, hi)))
         };
         let mut after = sum(first_after, last_after);
+        let mut throttled_after = after;
         if let Some(a) = alarm.filter(|&a| a > end) {
             // The span ending at the alarm, or at the latest data when it has not got
             // there, after the span the onset gave.
             let hi = a.min(seen) / bin;
             let at_alarm = sum((hi + 1).saturating_sub(span).max(last_after + 1), hi);
-            if at_alarm.total() >= test.min_switches.max(1)
-                && at_alarm.foreign_share() > after.foreign_share()
-            {
-                after = at_alarm;
+            if at_alarm.total() >= test.min_switches.max(1) {
+                if at_alarm.foreign_share() > after.foreign_share() {
+                    after = at_alarm;
+                }
+                if at_alarm.throttled_share() > throttled_after.throttled_share() {
+                    throttled_after = at_alarm;
+                }
             }
         }
-        if after.total() == 0 {
+        if after.total() == 0 && throttled_after.total() == 0 {
             return None;
         }
         let spans = (self.d.window_ns / (span * bin)).max(BURNER_BEFORE);
@@ -1970,14 +2019,22 @@ impl Target {
             })
             .filter(|s| s.total() >= test.min_switches.max(1))
             .collect();
-        let mut idle: Vec<f64> = before.iter().map(Switches::idle_share).collect();
-        idle.sort_by(f64::total_cmp);
-        let idle_before = idle.get(idle.len() / 2).copied().unwrap_or(0.0);
+        let median_of = |share: fn(&Switches) -> f64| {
+            let mut v: Vec<f64> = before.iter().map(share).collect();
+            v.sort_by(f64::total_cmp);
+            v.get(v.len() / 2).copied().unwrap_or(0.0)
+        };
+        let idle_before = median_of(Switches::idle_share);
+        let throttled_before = median_of(Switches::throttled_share);
         before.sort_by(|a, b| a.foreign_share().total_cmp(&b.foreign_share()));
         let median = before.get(before.len() / 2).copied().unwrap_or_default();
         let saturation = SaturationTest {
             foreign: test.share,
             min_switches: test.min_switches,
+        };
+        let throttle = ThrottleTest {
+            min_throttled: (THROTTLED_MIN_PER_SECOND * self.params.persistence_seconds).ceil()
+                as u64,
         };
         Some(CpuTaken {
             share_before: median.foreign_share(),
@@ -1987,6 +2044,11 @@ impl Target {
             idle_share_before: idle_before,
             idle_share_after: after.idle_share(),
             saturated: saturation.saturated(idle_before, after),
+            throttled_share_before: throttled_before,
+            throttled_share_after: throttled_after.throttled_share(),
+            // Only against a baseline: a target seen throttled from its first span may
+            // always run at its quota, which is no new fault.
+            throttled: !before.is_empty() && throttle.throttled(throttled_before, throttled_after),
         })
     }
 
