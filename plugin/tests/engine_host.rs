@@ -51,6 +51,17 @@ fn stream(threads: u32, shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent
     for (i, e) in events.into_iter().enumerate() {
         let ts = e.ts_ns;
         out.push(e);
+        // Scheduler records (kinds 3 and 4) of the call's thread: runs, and switches away
+        // preempted, asleep and blocked uninterruptibly, to the idle task or another.
+        if i % 13 == 5 {
+            out.push(SyscallEvent::on_cpu(e.pid, e.tid, ts, 100_000));
+            let off = SyscallEvent::off_cpu_to(e.pid, e.tid, ts, i % 3 == 0, (i % 5) as u32);
+            out.push(if i % 3 == 1 {
+                off.uninterruptible()
+            } else {
+                off
+            });
+        }
         if i % 97 == 0 {
             let p = PerfCounters {
                 cycles: 2_000_000 + i as u64 % 1_000,
@@ -176,6 +187,15 @@ fn compare(threads: u32, shape: EventShape, fault: FaultSpec) -> u64 {
         a["finish"][0]["vital_signs"]
     );
     assert_eq!(spinner["symptoms"], json!(["busy_loop"]));
+    // Uninterruptible switches between calls crossed the sandbox as page waits (only
+    // halves say a thread is between calls).
+    if shape == EventShape::EnterExit {
+        assert!(
+            a["counters"]["page_wait_records"].as_u64() > Some(0),
+            "{}",
+            a["counters"]
+        );
+    }
     // FL_DUMP=<dir> writes both transcripts, to diff them when this test fails.
     if let Ok(dir) = std::env::var("FL_DUMP") {
         std::fs::write(

@@ -419,7 +419,7 @@ fn live_perf_record_pipe_streams_a_command() {
         .iter()
         .filter(|b| b.process.comm.as_deref() == Some("sh"))
         .flat_map(|b| &b.events)
-        .filter(|e| e.kind == EventKind::OffCpu && e.ret == Some(0))
+        .filter(|e| e.kind == EventKind::OffCpu && !e.preempted())
         .count();
     if std::path::Path::new("/sys/kernel/tracing/events/sched/sched_switch").exists() {
         assert!(off_cpu > 0, "no blocking switch recorded for the shell");

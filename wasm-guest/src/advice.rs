@@ -54,6 +54,21 @@ pub fn throttled(top: Option<&RankedSyscall>) -> String {
     )
 }
 
+/// The hint of an anomaly during which the target's threads waited in page faults (see
+/// [`crate::cpu_time::PagingTest`]): memory is what to check, whichever calls slowed
+/// after the faults; the verdict says whose memory use to suspect.
+pub fn paging(verdict: Verdict, top: Option<&RankedSyscall>) -> String {
+    let base = match verdict {
+        Verdict::Internal => {
+            "Some threads wait in page faults: the service's memory use outgrew what it has (look for a leak or a cache grown past its memory limit)."
+        }
+        _ => {
+            "The service's threads wait in page faults: the host or cgroup is short of memory (check the memory limit, reclaim and major-fault rates, and swap)."
+        }
+    };
+    with_top(base, verdict, top)
+}
+
 fn with_top(base: &str, verdict: Verdict, top: Option<&RankedSyscall>) -> String {
     match (verdict, top) {
         (Verdict::None, _) | (_, None) => base.to_string(),
@@ -75,8 +90,10 @@ fn with_top(base: &str, verdict: Verdict, top: Option<&RankedSyscall>) -> String
 /// of it waiting on one stalled resource, which that sentence then names. `asleep`: its
 /// host saw every thread asleep in a wait (see [`crate::Stillness`]), so nothing stopped
 /// it from outside: it waits for work (idle, or for a peer that does not answer: the
-/// records cannot tell), or on something its own threads hold.
-pub fn silent(verdict: Verdict, subsystem: Subsystem, hint: &str, asleep: bool) -> String {
+/// records cannot tell), or on something its own threads hold. `between_calls`: the
+/// report's evidence is of threads stopped between their calls (waiting for a CPU, or in
+/// page faults), not inside them.
+pub fn silent(verdict: Verdict, between_calls: bool, hint: &str, asleep: bool) -> String {
     let head = "The target makes no system call";
     const OUTSIDE: &str =
         "the service was stopped from outside (a frozen cgroup or container, SIGSTOP, a paused VM)";
@@ -92,8 +109,8 @@ pub fn silent(verdict: Verdict, subsystem: Subsystem, hint: &str, asleep: bool) 
             }
         };
     }
-    match (verdict, subsystem) {
-        (Verdict::External, Subsystem::CpuScheduling) => format!(
+    match (verdict, between_calls) {
+        (Verdict::External, true) => format!(
             "{head}: every thread stopped between its calls at once, so {OUTSIDE} or the host is starved of CPU or memory."
         ),
         (Verdict::External, _) => format!(
@@ -118,7 +135,7 @@ mod tests {
     #[test]
     fn a_silent_target_says_so_first() {
         let disk = hint_for(Verdict::External, Subsystem::DiskIo, None);
-        let h = silent(Verdict::External, Subsystem::DiskIo, &disk, false);
+        let h = silent(Verdict::External, false, &disk, false);
         assert!(
             h.starts_with("The target makes no system call: every thread stopped"),
             "{h}"
@@ -126,24 +143,24 @@ mod tests {
         assert!(h.ends_with("device latency)."), "{h}");
         assert!(h.contains("stopped from outside"), "{h}");
         let lock = hint_for(Verdict::Internal, Subsystem::Locking, None);
-        let h = silent(Verdict::Internal, Subsystem::Locking, &lock, false);
+        let h = silent(Verdict::Internal, false, &lock, false);
         assert!(h.ends_with(&lock) && !h.contains("outside"), "{h}");
         let cpu = hint_for(Verdict::External, Subsystem::CpuScheduling, None);
-        let h = silent(Verdict::External, Subsystem::CpuScheduling, &cpu, false);
+        let h = silent(Verdict::External, true, &cpu, false);
         assert!(h.contains("stopped from outside"), "{h}");
     }
 
     #[test]
     fn an_asleep_target_is_not_said_to_be_stopped_from_outside() {
         let lock = hint_for(Verdict::Internal, Subsystem::Locking, None);
-        let h = silent(Verdict::Internal, Subsystem::Locking, &lock, true);
+        let h = silent(Verdict::Internal, false, &lock, true);
         assert!(h.starts_with("The target makes no system call"), "{h}");
         assert!(
             h.ends_with(&lock) && h.contains("none stopped from outside"),
             "{h}"
         );
         let none = hint_for(Verdict::None, Subsystem::None, None);
-        let h = silent(Verdict::None, Subsystem::None, &none, true);
+        let h = silent(Verdict::None, false, &none, true);
         assert!(h.contains("no work reaches it"), "{h}");
     }
 }

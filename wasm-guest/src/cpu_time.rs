@@ -48,7 +48,17 @@
 //! PostgreSQL), so an anomaly during which they appeared is the environment whatever τ
 //! says ([`ThrottleTest`]).
 //!
-//! Memory: [`CpuBins`] is 1,800 bytes, allocated only for threads that have such records.
+//! How a thread blocked says where it waited. Uninterruptibly (`D`) inside a call, it
+//! waits for the call's own I/O; uninterruptibly *between* calls, in practice for a page
+//! fault (a page reclaim evicted, read back; a few kernel paths on the way back to user
+//! space block so too, see `docs/configuration.md`). A memory limit below the working set makes most
+//! of the threads' waits such faults (PostgreSQL under a cgroup limit: 2 → 11,474 in
+//! 30 s), and which calls slowed then misleads (reclaim's kernel workers take the CPU as
+//! a hog would, so the CPU tests fire). So an anomaly during which they rose is a memory
+//! matter ([`PagingTest`]). It needs call halves: a source of complete calls cannot say
+//! whether a switch fell inside a call.
+//!
+//! Memory: [`CpuBins`] is 2,056 bytes, allocated only for threads that have such records.
 //!
 //! [`EventKind::OnCpu`]: crate::event::EventKind::OnCpu
 //! [`EventKind::OffCpu`]: crate::event::EventKind::OffCpu
@@ -57,12 +67,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::thread::{ring_seek, RING_BINS};
 
-/// One activity bin of a thread's CPU account.
-///
-/// Packed: 7 bytes, not 8, so a thread's account grows by 256 bytes, not 512, for the
-/// throttle count (every thread of a target with scheduler records holds one).
+/// One activity bin of a thread's CPU account: 8 bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[repr(C, packed)]
 struct CpuBin {
     /// Share of the bin's wall-clock time on a CPU, in units of 1/[`CpuBins::FULL`].
     units: u16,
@@ -78,6 +84,9 @@ struct CpuBin {
     /// Preemptions that left the CPU idle (saturating): the thread could run and nothing
     /// else wanted the CPU, so a CPU quota stopped it (see [`ThrottleTest`]).
     throttled: u8,
+    /// Switches away, blocked uninterruptibly outside any call (saturating): waits in a
+    /// page fault (see [`PagingTest`]).
+    paging: u8,
 }
 
 /// On-CPU share and switches away per bin over the last [`RING_BINS`] bins (the engine's
@@ -111,6 +120,11 @@ pub struct Switches {
     pub idle: u64,
     /// Of those, preemptions that left the CPU idle: throttled by a CPU quota.
     pub throttled: u64,
+    /// Of the blocked, those blocked uninterruptibly outside any call: waits in a page
+    /// fault.
+    pub paging: u64,
+    /// Threads with such a wait in the span (summed over threads, each counts once).
+    pub paging_threads: u64,
 }
 
 impl Switches {
@@ -148,6 +162,14 @@ impl Switches {
         self.share(self.throttled)
     }
 
+    /// Share of the blocking switches away that waited in a page fault (0 with none).
+    pub fn paging_share(&self) -> f64 {
+        match self.blocked {
+            0 => 0.0,
+            all => self.paging as f64 / all as f64,
+        }
+    }
+
     /// Sums two spans' counts.
     pub fn plus(self, o: Switches) -> Switches {
         Switches {
@@ -156,6 +178,8 @@ impl Switches {
             foreign: self.foreign + o.foreign,
             idle: self.idle + o.idle,
             throttled: self.throttled + o.throttled,
+            paging: self.paging + o.paging,
+            paging_threads: self.paging_threads + o.paging_threads,
         }
     }
 }
@@ -188,12 +212,28 @@ impl CpuBins {
 
     /// Counts a switch away from the CPU at `ts_ns`, and who got the CPU.
     pub fn switch(&mut self, ts_ns: u64, preempted: bool, next: NextTask, bin_ns: u64) {
+        let left = if preempted {
+            Left::Preempted
+        } else {
+            Left::Blocked
+        };
+        self.switch_as(ts_ns, left, next, bin_ns);
+    }
+
+    /// Counts a switch away at `ts_ns` that left as `left`, and who got the CPU.
+    pub fn switch_as(&mut self, ts_ns: u64, left: Left, next: NextTask, bin_ns: u64) {
+        let preempted = left == Left::Preempted;
         if let Some(b) = self.bin_mut(ts_ns / bin_ns.max(1)) {
             let n = if preempted {
                 &mut b.preempted
             } else {
                 &mut b.blocked
             };
+            // A page wait counts only with its blocking switch: past the blocked count's
+            // saturation the share would grow with the waits alone.
+            if left == Left::Paging && *n < u8::MAX {
+                b.paging = b.paging.saturating_add(1);
+            }
             *n = n.saturating_add(1);
             match next {
                 NextTask::OtherProcess => b.foreign = b.foreign.saturating_add(1),
@@ -235,14 +275,21 @@ impl CpuBins {
 
     /// Switches away from the CPU in bins `[lo, hi]`.
     pub fn switches(&self, lo: u64, hi: u64) -> Switches {
-        self.span(lo, hi)
+        let s = self
+            .span(lo, hi)
             .fold(Switches::default(), |s, b| Switches {
                 preempted: s.preempted + u64::from(b.preempted),
                 blocked: s.blocked + u64::from(b.blocked),
                 foreign: s.foreign + u64::from(b.foreign),
                 idle: s.idle + u64::from(b.idle),
                 throttled: s.throttled + u64::from(b.throttled),
-            })
+                paging: s.paging + u64::from(b.paging),
+                paging_threads: 0,
+            });
+        Switches {
+            paging_threads: u64::from(s.paging > 0),
+            ..s
+        }
     }
 }
 
@@ -291,6 +338,17 @@ impl BurnerTest {
             && switches.preempted >= self.spin_min_preemptions.max(1)
             && switches.preempted_share() >= self.spin_preempted
     }
+}
+
+/// How a thread left its CPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Left {
+    /// Still runnable.
+    Preempted,
+    /// To wait.
+    Blocked,
+    /// To wait in a page fault: blocked uninterruptibly outside any call.
+    Paging,
 }
 
 /// Who got the CPU when a thread of the target left it.
@@ -367,6 +425,41 @@ impl ThrottleTest {
     pub fn throttled(&self, share_before: f64, after: Switches) -> bool {
         let share = after.throttled_share();
         after.throttled >= self.min_throttled.max(1)
+            && share >= Self::SHARE
+            && share >= Self::RISE * share_before
+    }
+}
+
+/// Whether the target's threads waited in page faults after the onset: they blocked
+/// uninterruptibly (`D`) outside any call. In a call, such a wait is the call's own I/O
+/// (a disk read, a flush); between calls, in practice only a fault on the thread's own
+/// memory blocks it so: a major fault reading back a page that reclaim evicted, its mapped file's or a
+/// swapped one's. Under a memory limit below the working set that is most of what the
+/// threads wait for, and which calls then slowed says little (the faults land between
+/// them; reclaim's kernel workers take the CPU as a hog would). Constants, not
+/// parameters: measured in EVALUATION.md, session 39.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct PagingTest {
+    /// Minimum page-fault waits after the onset: a few are no evidence either way.
+    pub min_paging: u64,
+}
+
+impl PagingTest {
+    /// Minimum share of the blocking switches away after the onset that waited in a
+    /// page fault.
+    pub const SHARE: f64 = 0.2;
+    /// Minimum ratio of that share to the share before.
+    pub const RISE: f64 = 4.0;
+    /// Minimum page-fault waits per thread that waited in one: paging repeats, while a
+    /// thread stopped from outside (a frozen cgroup) blocks so once and stays.
+    pub const REPEAT: u64 = 2;
+
+    /// Whether the target's paging share before (`share_before`) and switches away after
+    /// say its threads waited in page faults.
+    pub fn paging(&self, share_before: f64, after: Switches) -> bool {
+        let share = after.paging_share();
+        after.paging >= self.min_paging.max(1)
+            && after.paging >= Self::REPEAT * after.paging_threads
             && share >= Self::SHARE
             && share >= Self::RISE * share_before
     }
@@ -478,6 +571,7 @@ mod tests {
                 foreign: 5,
                 idle: 3,
                 throttled: 3,
+                ..Switches::default()
             }
         );
         assert!((c.switches(5, 5).idle_share() - 3.0 / 11.0).abs() < 1e-9);
@@ -515,8 +609,6 @@ mod tests {
         let s = c.switches(5, 5);
         assert_eq!((s.throttled, s.idle, s.preempted), (1, 2, 4));
         assert!((s.throttled_share() - 0.2).abs() < 1e-9);
-        // A bin is packed to 7 bytes: the count would pad it to 8.
-        assert_eq!(std::mem::size_of::<CpuBins>(), 8 + 256 * 7);
     }
 
     #[test]
@@ -540,6 +632,65 @@ mod tests {
     }
 
     #[test]
+    fn only_counted_page_waits_are_paging_and_their_share_is_of_blocking_switches() {
+        let mut c = CpuBins::default();
+        c.switch_as(5 * BIN, Left::Paging, NextTask::Idle, BIN);
+        c.switch(5 * BIN, false, NextTask::Idle, BIN);
+        c.switch(5 * BIN, true, NextTask::Own, BIN);
+        c.switch(5 * BIN, true, NextTask::Own, BIN);
+        let s = c.switches(5, 5);
+        assert_eq!((s.paging, s.blocked, s.preempted), (1, 2, 2));
+        assert_eq!(s.paging_threads, 1, "one thread's span");
+        assert_eq!(s.plus(s).paging_threads, 2, "two threads' spans");
+        assert!((s.paging_share() - 0.5).abs() < 1e-9, "of the 2 blocking");
+        assert_eq!(Switches::default().paging_share(), 0.0);
+        // Waits count only while their blocking switches do: 250 blocked, then 50 page
+        // waits, of which 5 before the blocked count saturated.
+        for i in 0..300 {
+            let left = if i < 250 { Left::Blocked } else { Left::Paging };
+            c.switch_as(6 * BIN, left, NextTask::Idle, BIN);
+        }
+        let s = c.switches(6, 6);
+        assert_eq!((s.blocked, s.paging), (255, 5));
+        for _ in 0..300 {
+            c.switch_as(7 * BIN, Left::Paging, NextTask::Idle, BIN);
+        }
+        let s = c.switches(7, 7);
+        assert_eq!((s.blocked, s.paging), (255, 255));
+        assert_eq!(std::mem::size_of::<CpuBins>(), 8 + 256 * 8);
+    }
+
+    #[test]
+    fn the_paging_test_needs_enough_waits_a_share_and_a_rise() {
+        let t = PagingTest { min_paging: 15 };
+        let after = |paging: u64, blocked: u64| Switches {
+            preempted: 10 * blocked,
+            blocked,
+            paging,
+            ..Switches::default()
+        };
+        // The measured memory cap: most blocking switches were page faults, none before.
+        assert!(t.paging(0.0, after(900, 1000)));
+        assert!(!t.paging(0.0, after(14, 20)), "too few to say");
+        assert!(
+            !t.paging(0.0, after(20, 10_000)),
+            "too small a share of the waits"
+        );
+        assert!(!t.paging(0.5, after(900, 1000)), "it paged as much before");
+        let once_each = Switches {
+            paging_threads: 400,
+            ..after(500, 520)
+        };
+        assert!(!t.paging(0.0, once_each), "stopped once each: a freeze");
+        let twice_each = Switches {
+            paging_threads: 250,
+            ..once_each
+        };
+        assert!(t.paging(0.0, twice_each));
+        assert!(!t.paging(0.0, Switches::default()));
+    }
+
+    #[test]
     fn a_spinner_rose_and_never_blocked() {
         let t = TEST;
         let spinning = Switches {
@@ -548,6 +699,7 @@ mod tests {
             foreign: 0,
             idle: 0,
             throttled: 0,
+            ..Switches::default()
         };
         assert!(t.spins(0.01, 0.1, spinning));
         assert!(!t.spins(0.01, 0.03, spinning), "too little CPU");
@@ -558,6 +710,7 @@ mod tests {
             foreign: 0,
             idle: 0,
             throttled: 0,
+            ..Switches::default()
         };
         assert!(!t.spins(0.01, 0.1, paging), "it blocks: a thrashing thread");
         let few = Switches {
@@ -566,6 +719,7 @@ mod tests {
             foreign: 0,
             idle: 0,
             throttled: 0,
+            ..Switches::default()
         };
         assert!(!t.spins(0.01, 0.1, few), "too few switches to tell");
         let off = BurnerTest {
@@ -596,6 +750,7 @@ mod tests {
             foreign,
             idle,
             throttled: 0,
+            ..Switches::default()
         };
         // The measured hogs: idle in 0.46–0.79 of the switches before, in 0–0.03 after,
         // 0.18–0.45 to the hog.

@@ -29,8 +29,11 @@ pub enum EventKind {
     OnCpu,
     /// Not a call: the thread left its CPU at `ts_ns` (perf's `sched:sched_switch`, in the
     /// context of the thread switched out); `ret` is `Some(1)` when it left still runnable
-    /// (preempted), `Some(0)` when it blocked. Tells a thread spinning among others that
-    /// share its CPU from one that runs more because it waits in page faults (see
+    /// (preempted), `Some(2)` when it blocked uninterruptibly (perf's `D`: waiting for the
+    /// kernel, such as a disk read or a page fault's I/O), `Some(0)` (or any other value)
+    /// when it blocked otherwise. Tells a thread spinning among others that share its CPU
+    /// from one that runs more because it waits in page faults, and a thread waiting in
+    /// page faults outside any call from one waiting in its calls (see
     /// [`crate::cpu_time`]). `duration_ns` names the task switched in, when the source
     /// knows it (see [`SyscallEvent::switched_in`]): whether the CPU went idle, to another
     /// thread of the target, or to another process.
@@ -150,6 +153,34 @@ impl SyscallEvent {
             ret: Some(i64::from(preempted)),
             perf: None,
         }
+    }
+
+    /// This switch away, blocked uninterruptibly (perf's `D` state) rather than asleep
+    /// (see [`EventKind::OffCpu`]): outside any call, in practice, only a page fault waits
+    /// so (see [`crate::cpu_time::PagingTest`]). A preemption stays one.
+    pub fn uninterruptible(self) -> Self {
+        if self.kind != EventKind::OffCpu || self.ret == Some(1) {
+            return self;
+        }
+        Self {
+            ret: Some(Self::UNINTERRUPTIBLE),
+            ..self
+        }
+    }
+
+    /// `ret` of an [`EventKind::OffCpu`] record that blocked uninterruptibly.
+    pub const UNINTERRUPTIBLE: i64 = 2;
+
+    /// For an [`EventKind::OffCpu`] record, whether the thread left still runnable.
+    #[inline]
+    pub fn preempted(&self) -> bool {
+        self.kind == EventKind::OffCpu && self.ret == Some(1)
+    }
+
+    /// For an [`EventKind::OffCpu`] record, whether the thread blocked uninterruptibly.
+    #[inline]
+    pub fn blocked_uninterruptibly(&self) -> bool {
+        self.kind == EventKind::OffCpu && self.ret == Some(Self::UNINTERRUPTIBLE)
     }
 
     /// A switch away from the CPU at `ts_ns` that handed it to task `next_tid` (`0`: the

@@ -66,6 +66,16 @@ impl Pairer {
         })
     }
 
+    /// Whether the thread is between two calls as far as its halves say: its latest
+    /// record was an exit, at or after the latest reported loss (`loss_ns`, 0: never; a
+    /// loss may have taken the next call's entry). `false` inside a call, before any
+    /// half, and for a source of complete calls (a complete record comes after the call,
+    /// so it cannot say).
+    #[inline]
+    pub fn between_calls(&self, loss_ns: u64) -> bool {
+        self.last_kind == Some(EventKind::Exit) && !self.has_pending && self.last_ts >= loss_ns
+    }
+
     /// Feeds one record; returns the completed call, if this record finished one.
     #[inline]
     pub fn feed(&mut self, ev: &SyscallEvent, c: &mut EngineCounters) -> Option<Call> {
@@ -160,6 +170,28 @@ mod tests {
 
     const R: SyscallId = SyscallId(1);
     const W: SyscallId = SyscallId(2);
+
+    #[test]
+    fn only_a_thread_of_halves_after_an_exit_is_between_calls() {
+        let mut p = Pairer::default();
+        let mut c = EngineCounters::default();
+        assert!(!p.between_calls(0), "nothing seen yet");
+        p.feed(&SyscallEvent::enter(1, 1, R, 100), &mut c);
+        assert!(!p.between_calls(0), "in a call");
+        p.feed(&SyscallEvent::exit(1, 1, R, 150, None), &mut c);
+        assert!(p.between_calls(0));
+        // Scheduler records change nothing.
+        p.feed(&SyscallEvent::off_cpu(1, 1, 160, false), &mut c);
+        assert!(p.between_calls(0));
+        assert!(p.between_calls(150));
+        assert!(
+            !p.between_calls(151),
+            "records lost after the exit may hold the next entry"
+        );
+        let mut q = Pairer::default();
+        q.feed(&SyscallEvent::complete(1, 1, R, 100, 50), &mut c);
+        assert!(!q.between_calls(0), "complete records cannot say");
+    }
 
     #[test]
     fn pairs_and_counts_irregularities() {

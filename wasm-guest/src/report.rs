@@ -184,6 +184,10 @@ pub struct EngineCounters {
     /// Switch-off-CPU records (`EventKind::OffCpu`) taken into the threads' CPU time.
     #[serde(default)]
     pub switch_records: u64,
+    /// Of those, switches blocked uninterruptibly outside any call: waits in a page fault
+    /// (`crate::cpu_time::PagingTest`).
+    #[serde(default)]
+    pub page_wait_records: u64,
     /// Reports of lost records (`EventKind::Lost`, e.g. perf's ring-buffer overruns).
     #[serde(default)]
     pub loss_reports: u64,
@@ -326,6 +330,18 @@ pub struct CpuTaken {
     /// scheduling.
     #[serde(default)]
     pub throttled: bool,
+    /// Share of the blocking switches away that waited in a page fault (blocked
+    /// uninterruptibly outside any call), median over the spans before the onset.
+    #[serde(default)]
+    pub paging_share_before: f64,
+    /// The same share after the onset (the higher of the span after the onset and the
+    /// span before the alarm, as for `throttled_share_after`).
+    #[serde(default)]
+    pub paging_share_after: f64,
+    /// Whether the shares passed `crate::cpu_time::PagingTest`: the target's threads
+    /// waited in page faults, short of memory. Makes the subsystem memory.
+    #[serde(default)]
+    pub paging: bool,
 }
 
 /// One affected thread of a report.

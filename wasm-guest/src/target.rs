@@ -41,7 +41,8 @@
 
 use crate::clock_screen::{ClockScreen, Screened, MAX_CLOCK_JUMP_NS};
 use crate::cpu_time::{
-    Burner, BurnerTest, NeighbourTest, NextTask, SaturationTest, Switches, ThrottleTest,
+    Burner, BurnerTest, Left, NeighbourTest, NextTask, PagingTest, SaturationTest, Switches,
+    ThrottleTest,
 };
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
@@ -98,6 +99,11 @@ const NEIGHBOUR_MIN_SWITCHES_PER_SECOND: f64 = 5.0;
 /// (see [`ThrottleTest`]): a quota's period is 100 ms by default, so a throttled group
 /// meets it several times a second.
 const THROTTLED_MIN_PER_SECOND: f64 = 1.0;
+/// Page-fault waits a second, over all threads, the paging test needs after the onset
+/// (see [`PagingTest`]): a starting thread or a cold mapped file faults a few times (at
+/// most 26 in a 3-s span of 28 recordings without a memory limit; 1,000–3,600 under the
+/// limits that hurt).
+const PAGING_MIN_PER_SECOND: f64 = 10.0;
 
 /// Prefetch distances (events ahead) of the three stages in [`Target::ingest`]: far
 /// enough to cover a memory latency, near enough that the lines are still in L1.
@@ -786,7 +792,7 @@ impl Target {
             let foreign = ev
                 .switched_in()
                 .is_some_and(|next| next != 0 && self.index.get(next).is_none());
-            add_cpu_time(th, ev, foreign, self.d.bin_ns, c);
+            add_cpu_time(th, ev, foreign, self.d.bin_ns, self.loss_ns, c);
             if ev.kind == EventKind::OffCpu && self.signs.is_some() {
                 self.add_switch(ev);
             }
@@ -1637,8 +1643,19 @@ impl Target {
                 diff.decided_by,
                 DecisionPath::CpuBurner | DecisionPath::CpuNeighbour | DecisionPath::CpuThrottled
             );
+        // Waits in page faults name memory before the CPU's account does: a memory
+        // limit's reclaim runs in kernel workers that take the CPU as a hog would (the
+        // neighbour and saturation tests fire; the neighbour rule's external verdict
+        // stands, as other processes did take the CPU), and the calls that slowed are
+        // whichever the threads made after their faults. Not over a burner (the
+        // service's own loop is then the finding, and paging at most a consequence), nor
+        // over a quota (its rule proved runnable threads stopped, and its hint names the
+        // limit to raise first).
+        let paging = burners.is_empty() && cpu_taken.is_some_and(|c| c.paging && !c.throttled);
         let subsystem = if diff.verdict == Verdict::None {
             crate::report::Subsystem::None
+        } else if paging {
+            crate::report::Subsystem::Memory
         } else if cpu_bound {
             crate::report::Subsystem::CpuScheduling
         } else {
@@ -1659,7 +1676,9 @@ impl Target {
         };
         let (syscalls, events) = self.activity_summary(from, to);
         let quota = diff.verdict == Verdict::External && cpu_taken.is_some_and(|c| c.throttled);
-        let mut hint = if quota {
+        let mut hint = if paging && diff.verdict != Verdict::None {
+            crate::advice::paging(diff.verdict, top_time.first())
+        } else if quota {
             crate::advice::throttled(top_time.first())
         } else {
             crate::advice::hint_for(diff.verdict, subsystem, top_time.first())
@@ -1667,7 +1686,8 @@ impl Target {
         let silent = self.silent_seconds(to);
         if silent * 1e9 >= self.d.cadence_ns as f64 {
             let asleep = self.still == Stillness::Asleep;
-            hint = crate::advice::silent(diff.verdict, subsystem, &hint, asleep);
+            let between_calls = subsystem == crate::report::Subsystem::CpuScheduling || paging;
+            hint = crate::advice::silent(diff.verdict, between_calls, &hint, asleep);
         }
         let mut report = Report {
             schema_version: REPORT_SCHEMA_VERSION,
@@ -1994,6 +2014,10 @@ impl Target {
         };
         let mut after = sum(first_after, last_after);
         let mut throttled_after = after;
+        // Paging is tested on each span, not on the one with the higher share: the span
+        // before a continuous report's latest data may hold one bin, a share of a few
+        // waits, when the onset's span held thousands.
+        let mut paging_spans = vec![after];
         if let Some(a) = alarm.filter(|&a| a > end) {
             // The span ending at the alarm, or at the latest data when it has not got
             // there, after the span the onset gave.
@@ -2006,9 +2030,10 @@ impl Target {
                 if at_alarm.throttled_share() > throttled_after.throttled_share() {
                     throttled_after = at_alarm;
                 }
+                paging_spans.push(at_alarm);
             }
         }
-        if after.total() == 0 && throttled_after.total() == 0 {
+        if after.total() == 0 && paging_spans.iter().all(|s| s.total() == 0) {
             return None;
         }
         let spans = (self.d.window_ns / (span * bin)).max(BURNER_BEFORE);
@@ -2026,6 +2051,7 @@ impl Target {
         };
         let idle_before = median_of(Switches::idle_share);
         let throttled_before = median_of(Switches::throttled_share);
+        let paging_before = median_of(Switches::paging_share);
         before.sort_by(|a, b| a.foreign_share().total_cmp(&b.foreign_share()));
         let median = before.get(before.len() / 2).copied().unwrap_or_default();
         let saturation = SaturationTest {
@@ -2036,6 +2062,20 @@ impl Target {
             min_throttled: (THROTTLED_MIN_PER_SECOND * self.params.persistence_seconds).ceil()
                 as u64,
         };
+        let paging = PagingTest {
+            min_paging: (PAGING_MIN_PER_SECOND * self.params.persistence_seconds).ceil() as u64,
+        };
+        // Against a baseline too: a target that always pages has always been slow.
+        let pages = |s: &Switches| !before.is_empty() && paging.paging(paging_before, *s);
+        let paging_after = paging_spans
+            .iter()
+            .copied()
+            .max_by(|a, b| {
+                pages(a)
+                    .cmp(&pages(b))
+                    .then(a.paging_share().total_cmp(&b.paging_share()))
+            })
+            .unwrap_or(after);
         Some(CpuTaken {
             share_before: median.foreign_share(),
             share_after: after.foreign_share(),
@@ -2049,6 +2089,9 @@ impl Target {
             // Only against a baseline: a target seen throttled from its first span may
             // always run at its quota, which is no new fault.
             throttled: !before.is_empty() && throttle.throttled(throttled_before, throttled_after),
+            paging_share_before: paging_before,
+            paging_share_after: paging_after.paging_share(),
+            paging: pages(&paging_after),
         })
     }
 
@@ -2235,6 +2278,7 @@ fn add_cpu_time(
     ev: &SyscallEvent,
     foreign: bool,
     bin_ns: u64,
+    loss_ns: u64,
     c: &mut EngineCounters,
 ) {
     let cpu = th.cpu.get_or_insert_with(Box::default);
@@ -2249,7 +2293,18 @@ fn add_cpu_time(
             Some(0) => NextTask::Idle,
             Some(_) => NextTask::Own,
         };
-        cpu.switch(ev.ts_ns, ev.ret.is_some_and(|r| r != 0), next, bin_ns);
+        // Outside any call, as far as the thread's own halves since the latest loss say
+        // (a source of complete calls says nothing until the call ended): only a page
+        // fault blocks a thread uninterruptibly there.
+        let left = if ev.preempted() {
+            Left::Preempted
+        } else if ev.blocked_uninterruptibly() && th.pairer.between_calls(loss_ns) {
+            c.page_wait_records += 1;
+            Left::Paging
+        } else {
+            Left::Blocked
+        };
+        cpu.switch_as(ev.ts_ns, left, next, bin_ns);
     } else {
         c.cpu_records += 1;
         cpu.add(ev.ts_ns, ev.duration_ns, bin_ns);

@@ -4,38 +4,20 @@
 //! `sched_switch`-like records at 4-ms ticks of every thread.
 
 use faultline_engine::report::{DecisionPath, Report, Subsystem, Verdict};
-use faultline_engine::synth::{generate, FaultSpec, StreamSpec};
-use faultline_engine::{Engine, Params, SyscallEvent};
+use faultline_engine::synth::StreamSpec;
+use faultline_engine::SyscallEvent;
 
-const FAULT_AT: f64 = 40.0;
-const TICK_NS: u64 = 4_000_000;
+#[path = "common/ticks.rs"]
+mod ticks;
+use ticks::{add_burner, fault_start_ns, run, slowdown, with_ticks, IDLE};
+
 /// A task of no thread of the stream's service.
 const OTHER_PROCESS: u32 = 999_999;
-/// The CPU's idle task.
-const IDLE: u32 = 0;
-
-fn fault_start_ns(s: &StreamSpec) -> u64 {
-    s.start_ns + (FAULT_AT * 1e9) as u64
-}
 
 /// 32 threads over 50 s; with `subset`, a quarter of them slowed ×8 from 40 s, at
 /// onsets up to 2 s apart (a fault of some threads: τ reads internal).
 fn stream(subset: bool) -> StreamSpec {
-    StreamSpec {
-        threads: 32,
-        syscall_types: 24,
-        seconds: 50.0,
-        calls_per_thread_per_second: 200.0,
-        seed: 12,
-        fault: subset.then(|| FaultSpec {
-            start_seconds: FAULT_AT,
-            affected_fraction: 0.25,
-            onset_spread_seconds: 2.0,
-            duration_multiplier: 8.0,
-            ..FaultSpec::default()
-        }),
-        ..StreamSpec::default()
-    }
+    ticks::stream(12, subset.then(|| slowdown(0.25, 2.0)))
 }
 
 /// How a thread leaves its CPU at one tick.
@@ -51,25 +33,10 @@ fn with_switches(
     s: StreamSpec,
     switch: impl Fn(&StreamSpec, u32, u64, u64) -> Switch,
 ) -> (StreamSpec, Vec<SyscallEvent>) {
-    let mut events: Vec<SyscallEvent> = generate(&s).collect();
-    let end = s.start_ns + (s.seconds * 1e9) as u64;
-    for i in 0..s.threads {
-        let tid = s.pid + i;
-        let mut at = s.start_ns + TICK_NS * (1 + u64::from(i) % 7);
-        while at < end {
-            let sw = switch(&s, tid, at, at / TICK_NS);
-            events.push(SyscallEvent::on_cpu(s.pid, tid, at, TICK_NS / 100));
-            events.push(SyscallEvent::off_cpu_to(
-                s.pid,
-                tid,
-                at,
-                sw.preempted,
-                sw.next,
-            ));
-            at += TICK_NS;
-        }
-    }
-    events.sort_by_key(|e| e.ts_ns);
+    let events = with_ticks(&s, |tid, at, n| {
+        let sw = switch(&s, tid, at, n);
+        SyscallEvent::off_cpu_to(s.pid, tid, at, sw.preempted, sw.next)
+    });
     (s, events)
 }
 
@@ -117,16 +84,6 @@ fn assert_quota_verdict(r: &Report) {
         ),
         "{r:#?}"
     );
-}
-
-fn run(events: &[SyscallEvent]) -> (Vec<Report>, Engine) {
-    let mut engine = Engine::new(Params::default()).expect("valid params");
-    let mut reports = Vec::new();
-    for chunk in events.chunks(4096) {
-        engine.ingest("svc", chunk);
-        reports.extend(engine.take_reports());
-    }
-    (reports, engine)
 }
 
 /// A quota makes a slowdown of some threads external: they met the throttled periods,
@@ -198,17 +155,7 @@ fn a_runaway_in_a_capped_group_stays_internal() {
     let from = fault_start_ns(&s);
     let (s, mut events) = with_switches(s, switches(true, from));
     let burner = s.pid + 3;
-    let mut at = from;
-    while at < s.start_ns + (s.seconds * 1e9) as u64 {
-        events.push(SyscallEvent::on_cpu(
-            s.pid,
-            burner,
-            at + 1,
-            TICK_NS * 95 / 100,
-        ));
-        at += TICK_NS;
-    }
-    events.sort_by_key(|e| e.ts_ns);
+    add_burner(&mut events, &s, burner, from);
     let (_, mut engine) = run(&events);
     let r = engine.trigger("svc", from + 5_000_000_000).expect("report");
     assert_eq!(

@@ -19,8 +19,11 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
             0u64..1_000_000,
             prop_oneof![0u64..100, Just(u64::MAX)],
         )),
+        // Any return value: for switch records 0 (asleep), 1 (preempted), 2 (blocked
+        // uninterruptibly) and whatever else a batch may hold.
+        prop::option::of(prop_oneof![0i64..4, Just(i64::MIN), Just(-1i64)]),
     )
-        .prop_map(|(pid, tid, sc, kind, ts, dur, perf)| SyscallEvent {
+        .prop_map(|(pid, tid, sc, kind, ts, dur, perf, ret)| SyscallEvent {
             pid,
             tid,
             syscall: SyscallId(sc),
@@ -35,7 +38,7 @@ fn event() -> impl Strategy<Value = SyscallEvent> {
             },
             ts_ns: ts,
             duration_ns: dur,
-            ret: None,
+            ret,
             perf: perf.map(
                 |(cycles, instructions, cache_misses, context_switches)| PerfCounters {
                     cycles,

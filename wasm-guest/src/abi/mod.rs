@@ -29,7 +29,8 @@ mod exports;
 /// 7: the guest exports `fl_advance` (a silent target's clock), which the host requires.
 /// 8: `fl_advance` takes a fourth argument, what the host saw of the silent target's
 ///    processes ([`crate::Stillness::code`]).
-pub const ABI_VERSION: u32 = 8;
+/// 9: an off-CPU record's `ret` 2 means blocked uninterruptibly (8 read it as preempted).
+pub const ABI_VERSION: u32 = 9;
 
 /// What every `fl_*` call that can fail returns.
 ///

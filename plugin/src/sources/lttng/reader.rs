@@ -336,16 +336,21 @@ impl Decoder {
         // states (TASK_STATE_MAX / TASK_REPORT_MAX): either way the low byte is 0. Any
         // sleep sets a bit in it (interruptible 1, uninterruptible 2, ...).
         let preempted = state & 0xff == 0;
+        // TASK_UNINTERRUPTIBLE: a wait for the kernel (I/O, a page fault).
+        let uninterruptible = state & 0x2 != 0;
         let (pid, owner) = owner_of(&self.threads, prev, None, None);
         if let Some(run) = before.filter(|r| r.tid == prev) {
             let runtime = ts.saturating_sub(run.since_ns);
             self.batcher
                 .push(owner, SyscallEvent::on_cpu(pid, prev, ts, runtime));
         }
-        self.batcher.push(
-            owner,
-            SyscallEvent::off_cpu_to(pid, prev, ts, preempted, next),
-        );
+        let off = SyscallEvent::off_cpu_to(pid, prev, ts, preempted, next);
+        let off = if uninterruptible {
+            off.uninterruptible()
+        } else {
+            off
+        };
+        self.batcher.push(owner, off);
     }
 
     fn syscall_id(&self, name: &[u8], id: Option<Value>) -> SyscallId {
@@ -687,11 +692,17 @@ mod tests {
         let offs: Vec<_> = events
             .iter()
             .filter(|e| e.kind == EventKind::OffCpu)
-            .map(|e| (e.tid, e.ret == Some(1)))
+            .map(|e| (e.tid, e.preempted(), e.blocked_uninterruptibly()))
             .collect();
         assert_eq!(
             offs,
-            vec![(11, false), (11, true), (10, false), (11, true), (12, true)]
+            vec![
+                (11, false, false),
+                (11, true, false),
+                (10, false, true),
+                (11, true, false),
+                (12, true, false)
+            ]
         );
         // Routed to the process the fork named.
         assert!(events.iter().filter(|e| e.tid != 12).all(|e| e.pid == 10));

@@ -224,6 +224,11 @@ impl LineSink<'_> {
                     Some(next) => SyscallEvent::off_cpu_to(pid, r.tid, r.ts_ns, r.preempted, next),
                     None => SyscallEvent::off_cpu(pid, r.tid, r.ts_ns, r.preempted),
                 };
+                let event = if r.uninterruptible {
+                    event.uninterruptible()
+                } else {
+                    event
+                };
                 self.batcher.push(owner_of(r.pid, r.tid, r.comm), event);
             }
             Parsed::Counter(c) => {

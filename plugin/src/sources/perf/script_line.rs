@@ -71,6 +71,9 @@ pub struct SwitchLine<'a> {
     pub ts_ns: u64,
     /// It left still runnable (`prev_state=R` or `R+`): preempted, not blocked.
     pub preempted: bool,
+    /// It blocked uninterruptibly (`prev_state=D`, also `D|K` and the like): waiting for
+    /// the kernel, such as I/O or a page fault, not for an event it asked for.
+    pub uninterruptible: bool,
     /// The task switched in (`next_pid`, a tid; 0 is the idle task), when the line has it.
     pub next_tid: Option<u32>,
 }
@@ -331,6 +334,7 @@ fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
         tid: h.tid,
         ts_ns: h.ts_ns,
         preempted: state == b"R" || state == b"R+",
+        uninterruptible: state.first() == Some(&b'D'),
         next_tid,
     })
 }
@@ -686,10 +690,19 @@ mod tests {
         assert_eq!(r.next_tid, None);
         let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=R+ ==> next_comm=y next_pid=3 next_prio=120");
         assert!(r.preempted);
-        for blocked in ["S", "D", "I", "D|K", "T"] {
+        for (blocked, uninterruptible) in [
+            ("S", false),
+            ("D", true),
+            ("I", false),
+            ("D|K", true),
+            ("T", false),
+        ] {
             let line = format!("x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state={blocked} ==> next_comm=y next_pid=3 next_prio=120");
-            assert!(!switch(&p, &line).preempted, "{blocked}");
+            let r = switch(&p, &line);
+            assert!(!r.preempted, "{blocked}");
+            assert_eq!(r.uninterruptible, uninterruptible, "{blocked}");
         }
+        assert!(!switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=x prev_pid=2 prev_prio=120 prev_state=R ==> next_comm=y next_pid=3 next_prio=120").uninterruptible);
         // A comm holding the field names cannot fool the parse.
         let r = switch(&p, "x 1/2 3.4: sched:sched_switch: prev_comm=a prev_state=R prev_pid=2 prev_prio=120 prev_state=S ==> next_comm=b prev_state=R next_pid=3 next_prio=120");
         assert!(!r.preempted);
