@@ -1632,16 +1632,21 @@ impl Target {
         // the target burning a CPU, or other processes taking a CPU that no longer went
         // idle, slow every call their threads make, so the slowed calls' own classes
         // (a disk flush that waited for the CPU after the disk answered) mislead. Not
-        // `taken` alone: kernel workers doing a disk or memory fault's I/O and reclaim
-        // raise the foreign share too, while the CPU still goes idle. Saturation only
-        // for an environment verdict: an internal one with CPU scheduling would tell the
-        // on-call engineer to look for a loop in the service.
+        // `taken` alone, even when it decided the verdict: kernel workers doing a disk
+        // fault's I/O raise the foreign share too, while the CPU still goes idle
+        // (measured: a MariaDB disk writer decided by the neighbour rule, idle 0.68 →
+        // 0.51, named the CPU; hogs leave it idle in 0.00–0.03 of the switches).
+        // Saturation only for an environment verdict: an internal one with CPU
+        // scheduling would tell the on-call engineer to look for a loop in the service.
+        let cpu_still_idle =
+            cpu_taken.is_some_and(|c| c.idle_share_after > SaturationTest::IDLE_AFTER);
         let cpu_bound = !burners.is_empty()
             || (diff.verdict == Verdict::External
                 && cpu_taken.is_some_and(|c| c.saturated || c.throttled))
+            || (diff.decided_by == DecisionPath::CpuNeighbour && !cpu_still_idle)
             || matches!(
                 diff.decided_by,
-                DecisionPath::CpuBurner | DecisionPath::CpuNeighbour | DecisionPath::CpuThrottled
+                DecisionPath::CpuBurner | DecisionPath::CpuThrottled
             );
         // Waits in page faults name memory before the CPU's account does: a memory
         // limit's reclaim runs in kernel workers that take the CPU as a hog would (the
