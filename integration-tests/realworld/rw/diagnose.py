@@ -69,7 +69,8 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
 def _analyze_cut(cmd, trace, alarm_ns):
     """`cmd` fed with the perf-script records of `trace` up to `alarm_ns` (perf script prints
     them in time order: the first later record ends the feed)."""
-    unpack = ["zstd", "-dc", trace] if trace.endswith(".zst") else ["cat", trace]
+    # -f: zstd skips a symbolic link otherwise (a case folder of links to the recordings).
+    unpack = ["zstd", "-dcf", trace] if trace.endswith(".zst") else ["cat", trace]
     # awk: field 3 is the timestamp "seconds.nanoseconds:".
     cutter = ["awk", "-v", f"T={alarm_ns / 1e9:.9f}", "{ts = substr($3, 1, length($3) - 1) + 0; if (ts > T) exit; print}"]
     src = subprocess.Popen(unpack, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -206,7 +207,8 @@ def summary(rows, mode):
                 f"{sum(r['right'] for r in rs)}/{len(rs)} (every case)")
     faults = [r for r in rs if r["truth"] != "none" and r["valid"]]
     controls = [r for r in rs if r["truth"] == "none"]
-    ext = [r for r in faults if r["truth"] == "external" and r["subsystem_right"] is not None]
+    # An error row has no subsystem to judge.
+    ext = [r for r in faults if r["truth"] == "external" and r.get("subsystem_right") is not None]
     right = sum(r["right"] for r in faults)
     pct = 100.0 * right / len(faults) if faults else 0.0
     return (f"**{mode}**: fault cases right {right}/{len(faults)} ({pct:.0f}%, cases where the fault hurt the client); "
