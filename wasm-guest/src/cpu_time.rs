@@ -423,18 +423,28 @@ impl ThrottleTest {
     /// Whether the target's throttled share before (`share_before`) and switches away
     /// after say a CPU quota throttled it.
     pub fn throttled(&self, share_before: f64, after: Switches) -> bool {
-        let share = after.throttled_share();
-        after.throttled >= self.min_throttled.max(1)
-            && share >= Self::SHARE
-            && share >= Self::RISE * share_before
+        rose(
+            after.throttled,
+            self.min_throttled,
+            after.throttled_share(),
+            Self::SHARE,
+            Self::RISE * share_before,
+        )
     }
+}
+
+/// Whether `count` switches of a kind (at least `min`, and 1), a `share` of the switches
+/// at least `floor` and `risen_from` (the share before times the rise), say the kind rose:
+/// the shape of the quota and paging tests.
+fn rose(count: u64, min: u64, share: f64, floor: f64, risen_from: f64) -> bool {
+    count >= min.max(1) && share >= floor && share >= risen_from
 }
 
 /// Whether the target's threads waited in page faults after the onset: they blocked
 /// uninterruptibly (`D`) outside any call. In a call, such a wait is the call's own I/O
 /// (a disk read, a flush); between calls, in practice only a fault on the thread's own
-/// memory blocks it so: a major fault reading back a page that reclaim evicted, its mapped file's or a
-/// swapped one's. Under a memory limit below the working set that is most of what the
+/// memory blocks it so: a major fault reading back a page that reclaim evicted, its
+/// mapped file's or a swapped one's. Under a memory limit below the working set that is most of what the
 /// threads wait for, and which calls then slowed says little (the faults land between
 /// them; reclaim's kernel workers take the CPU as a hog would). Constants, not
 /// parameters: measured in EVALUATION.md, session 39.
@@ -457,11 +467,14 @@ impl PagingTest {
     /// Whether the target's paging share before (`share_before`) and switches away after
     /// say its threads waited in page faults.
     pub fn paging(&self, share_before: f64, after: Switches) -> bool {
-        let share = after.paging_share();
-        after.paging >= self.min_paging.max(1)
-            && after.paging >= Self::REPEAT * after.paging_threads
-            && share >= Self::SHARE
-            && share >= Self::RISE * share_before
+        after.paging >= Self::REPEAT * after.paging_threads
+            && rose(
+                after.paging,
+                self.min_paging,
+                after.paging_share(),
+                Self::SHARE,
+                Self::RISE * share_before,
+            )
     }
 }
 
