@@ -210,8 +210,10 @@ impl CpuBins {
         }
     }
 
-    /// Counts a switch away from the CPU at `ts_ns`, and who got the CPU.
-    pub fn switch(&mut self, ts_ns: u64, preempted: bool, next: NextTask, bin_ns: u64) {
+    /// Counts a switch away from the CPU at `ts_ns`, and who got the CPU (the tests'
+    /// shorthand for [`CpuBins::switch_as`]).
+    #[cfg(test)]
+    fn switch(&mut self, ts_ns: u64, preempted: bool, next: NextTask, bin_ns: u64) {
         let left = if preempted {
             Left::Preempted
         } else {
