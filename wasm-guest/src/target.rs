@@ -147,7 +147,13 @@ const NEAR: usize = 4;
 pub enum Onset {
     /// Continuous mode: the earliest confirmed outlier in the window.
     Detect,
-    /// On demand / calibration: a known time (an external alarm, a known fault start).
+    /// Calibration from a known fault start (the evaluation's `from`): as `Detect`, but
+    /// only corroborated outliers make the onset, not a quota found in the scheduler's
+    /// records alone: α is the largest onset of the threads the fault reached, and
+    /// counted from the start of the throttling, an nginx worker's 9.9-s onset made α
+    /// 9.9 s (measured, session 40).
+    Calibration,
+    /// On demand: a known time (an external alarm).
     At(u64),
 }
 
@@ -312,6 +318,12 @@ pub struct Target {
     /// What the host saw of the processes when it last moved the clock of the silent
     /// target (see [`Target::advance`]); reset by the next record at or past the clock.
     still: Stillness,
+    /// The throttled share before the CPU quota a cadence report found throttling the
+    /// target, kept until a whole cadence passes without a throttled switch: once the
+    /// quota has lasted longer than the window, no span before it is left to have risen
+    /// from, and without this continuous mode would go quiet while the quota still
+    /// throttles.
+    quota_before: Option<f64>,
 }
 
 impl Target {
@@ -344,6 +356,7 @@ impl Target {
             evict_hand: 0,
             signs: None,
             still: Stillness::Unknown,
+            quota_before: None,
         }
     }
 
@@ -1080,6 +1093,22 @@ impl Target {
             Trigger::Cadence,
             c,
         );
+        // Kept while the quota goes on throttling (a lull of a few seconds does not end
+        // it, a whole cadence without a throttled switch does), whichever rule found
+        // this report's anomaly; set by the first report that found the quota.
+        let seen = tick_ns.min(self.now_ns);
+        let cadence_bins = (self.d.cadence_ns / self.d.bin_ns).max(1);
+        let last = seen / self.d.bin_ns;
+        let throttling = self
+            .switches_between((last + 1).saturating_sub(cadence_bins), last)
+            .throttled
+            > 0;
+        self.quota_before = self.quota_before.filter(|_| throttling).or_else(|| {
+            report
+                .cpu_taken
+                .filter(|c| c.throttled)
+                .map(|c| c.throttled_share_before)
+        });
         self.rotate_epoch();
         report
     }
@@ -1281,7 +1310,7 @@ impl Target {
         // reports an anomaly as it begins, so there the earliest cluster is the onset.
         let lo = match onset {
             Onset::At(t) => t.saturating_sub(d.window_ns).max(from),
-            Onset::Detect => from,
+            Onset::Detect | Onset::Calibration => from,
         };
         // On demand, only an anomaly that had begun by the alarm is what the alarm
         // reports, give or take α plus `persistence_seconds`: the lag of the first
@@ -1293,7 +1322,7 @@ impl Target {
         // cannot see the future, says `none` there.
         let begun_by_alarm = |at: u64| match onset {
             Onset::At(t) => at <= t.saturating_add(d.alpha_ns + d.persistence_ns),
-            Onset::Detect => true,
+            Onset::Detect | Onset::Calibration => true,
         };
         // (alarm, still stuck in its call at `to`, whichever episode came first: a lock's
         // waiter may have shown an outlier, or been woken from the same wait, before)
@@ -1340,7 +1369,7 @@ impl Target {
                     _ => Some(c),
                 })
                 .map(|(at, _)| at),
-            Onset::Detect => clusters.next().map(|(at, _)| at),
+            Onset::Detect | Onset::Calibration => clusters.next().map(|(at, _)| at),
         };
         // On demand the alarm corroborates: a busy thread that stopped and stayed stopped
         // (blocked on a lock, stuck in a call) is then an anomaly on its own — the one
@@ -1406,12 +1435,37 @@ impl Target {
         // thread has no peer to corroborate what its calls show (measured: nginx's one
         // worker under a cap, client p99 ×22, no lasting outlier; see EVALUATION.md,
         // session 38). No recording without a cap had a throttled switch (ThrottleTest).
+        // Continuous mode has no alarm: the quota's anomaly begins where the target's
+        // latest throttled stretch does (see `quota_onset`), once that has lasted
+        // `persistence_seconds` (a throttling burst of a second is no news, as a
+        // blip of outliers is none), and the evidence is the span after it and the span
+        // at the latest data.
+        // A quota an earlier cadence report found, still throttling the target: the
+        // throttled share before it (see `quota_before`).
+        let ongoing = match onset {
+            Onset::Detect => self.quota_before.filter(|_| self.throttled_now(seen)),
+            Onset::Calibration | Onset::At(_) => None,
+        };
         let quota_at_alarm = match onset {
             Onset::At(t) => self
-                .cpu_taken(t.saturating_sub(self.d.persistence_ns), Some(t), seen)
+                .cpu_taken(t.saturating_sub(self.d.persistence_ns), Some(t), seen, None)
                 .filter(|c| c.throttled)
                 .map(|c| (t, c)),
-            Onset::Detect => None,
+            Onset::Detect if corroborated.is_none() => self
+                .quota_onset(from, seen)
+                .filter(|&(t0, _)| seen.saturating_sub(t0) >= self.d.persistence_ns)
+                .and_then(|(t0, reaches_from)| {
+                    // Back to the window's start no span before is left to rise from, and
+                    // after a lull the spans before hold the same quota: an ongoing one's
+                    // share before it is the baseline.
+                    let before = match (ongoing, reaches_from) {
+                        (None, true) => return None,
+                        (before, _) => before,
+                    };
+                    Some((t0, self.cpu_taken(t0, Some(seen), seen, before)?))
+                })
+                .filter(|(_, c)| c.throttled),
+            Onset::Detect | Onset::Calibration => None,
         };
         let quota_alone =
             quota_at_alarm.filter(|_| corroborated.is_none() && lone.is_none() && sole.is_none());
@@ -1424,7 +1478,7 @@ impl Target {
             // An alarm usually comes after the slowdown began: an earlier corroborated
             // onset within the window wins; otherwise the alarm time, as in the paper.
             Onset::At(t) => Some(cluster.map_or(t, |c| c.min(t))),
-            Onset::Detect => cluster,
+            Onset::Detect | Onset::Calibration => cluster,
         };
         let mut findings = Vec::new();
         let mut onsets = Vec::new();
@@ -1610,12 +1664,12 @@ impl Target {
         // the latest data, since the anomaly is reported as ongoing.
         let alarm = match onset {
             Onset::At(t) => t,
-            Onset::Detect => seen,
+            Onset::Detect | Onset::Calibration => seen,
         };
         let cpu_taken = match (t0, by_quota) {
             // What the anomaly rests on: the span before the alarm.
             (_, Some((_, c))) => Some(c),
-            (Some(t0), None) if anomalous => self.cpu_taken(t0, Some(alarm), seen),
+            (Some(t0), None) if anomalous => self.cpu_taken(t0, Some(alarm), seen, ongoing),
             _ => None,
         };
         // The quota first: when both hold (a throttled thread's CPU went to another
@@ -1997,9 +2051,17 @@ impl Target {
     /// the alarm, in continuous mode the latest data) counts too, when it is later: that
     /// is when the service is known to be slow, and the onset found can be an earlier blip
     /// (measured: a PostgreSQL hog whose corroborated onset was a blip 5.8 s before it,
-    /// where nothing had taken the CPU yet: 0.06, against 0.37 before the alarm). `None`
-    /// without switch records.
-    fn cpu_taken(&self, t0: u64, alarm: Option<u64>, seen: u64) -> Option<CpuTaken> {
+    /// where nothing had taken the CPU yet: 0.06, against 0.37 before the alarm).
+    /// `quota_before`: the throttled share to rise from in place of the spans' (an
+    /// ongoing quota that began before the window, see `quota_onset`). `None` without
+    /// switch records.
+    fn cpu_taken(
+        &self,
+        t0: u64,
+        alarm: Option<u64>,
+        seen: u64,
+        quota_before: Option<f64>,
+    ) -> Option<CpuTaken> {
         let test = NeighbourTest {
             share: self.params.neighbour_share,
             rise: self.params.neighbour_rise,
@@ -2011,12 +2073,7 @@ impl Target {
         let first_after = t0 / bin;
         let end = t0.saturating_add(self.d.persistence_ns).min(seen.max(t0));
         let last_after = (end / bin).max(first_after);
-        let sum = |lo: u64, hi: u64| {
-            self.threads
-                .iter()
-                .filter_map(|t| t.cpu.as_ref())
-                .fold(Switches::default(), |s, c| s.plus(c.switches(lo, hi)))
-        };
+        let sum = |lo: u64, hi: u64| self.switches_between(lo, hi);
         let mut after = sum(first_after, last_after);
         let mut throttled_after = after;
         // Paging is tested on each span, not on the one with the higher share: the span
@@ -2055,7 +2112,7 @@ impl Target {
             v.get(v.len() / 2).copied().unwrap_or(0.0)
         };
         let idle_before = median_of(Switches::idle_share);
-        let throttled_before = median_of(Switches::throttled_share);
+        let throttled_before = quota_before.unwrap_or_else(|| median_of(Switches::throttled_share));
         let paging_before = median_of(Switches::paging_share);
         before.sort_by(|a, b| a.foreign_share().total_cmp(&b.foreign_share()));
         let median = before.get(before.len() / 2).copied().unwrap_or_default();
@@ -2063,10 +2120,7 @@ impl Target {
             foreign: test.share,
             min_switches: test.min_switches,
         };
-        let throttle = ThrottleTest {
-            min_throttled: (THROTTLED_MIN_PER_SECOND * self.params.persistence_seconds).ceil()
-                as u64,
-        };
+        let throttle = self.throttle_test();
         let paging = PagingTest {
             min_paging: (PAGING_MIN_PER_SECOND * self.params.persistence_seconds).ceil() as u64,
         };
@@ -2093,11 +2147,72 @@ impl Target {
             throttled_share_after: throttled_after.throttled_share(),
             // Only against a baseline: a target seen throttled from its first span may
             // always run at its quota, which is no new fault.
-            throttled: !before.is_empty() && throttle.throttled(throttled_before, throttled_after),
+            throttled: (!before.is_empty() || quota_before.is_some())
+                && throttle.throttled(throttled_before, throttled_after),
             paging_share_before: paging_before,
             paging_share_after: paging_after.paging_share(),
             paging: pages(&paging_after),
         })
+    }
+
+    /// Where the target's current CPU throttling began, in continuous mode, and whether
+    /// it reaches back to `from`: the first bin with a throttled switch of the run of
+    /// one-second parts, back from the latest data (`seen`), each of which had one.
+    /// `None` unless the target is throttled now (see `throttled_now`). Parts of a
+    /// second, not spans: a burst of half a second across two spans passed each span's
+    /// floors (the review of session 40). The caller runs the full test, with its rise,
+    /// from the onset. Measured: nginx's one worker under a cap that raised client p99
+    /// ×22 showed no lasting outlier in any call, so continuous mode said nothing
+    /// (session 38).
+    fn quota_onset(&self, from: u64, seen: u64) -> Option<(u64, bool)> {
+        if !self.throttled_now(seen) {
+            return None;
+        }
+        let bin = self.d.bin_ns;
+        let part = 1_000_000_000u64.div_ceil(bin).max(1);
+        let first = from / bin;
+        let mut hi = seen / bin;
+        let mut earliest = None;
+        let reaches_from = loop {
+            let lo = hi.saturating_sub(part - 1).max(first);
+            if self.switches_between(lo, hi).throttled == 0 {
+                break false;
+            }
+            earliest = Some((lo, hi));
+            if lo <= first {
+                break true;
+            }
+            hi = lo - 1;
+        };
+        let (lo, hi) = earliest?;
+        let at = (lo..=hi).find(|&b| self.switches_between(b, b).throttled > 0)?;
+        Some(((at * bin).max(from), reaches_from))
+    }
+
+    /// Whether the span of `persistence_seconds` ending at `seen` passed the quota test's
+    /// floors (`ThrottleTest` without its rise): a quota throttles the target now.
+    fn throttled_now(&self, seen: u64) -> bool {
+        let bin = self.d.bin_ns;
+        let span = (self.d.persistence_ns / bin).max(1);
+        let last = seen / bin;
+        let s = self.switches_between((last + 1).saturating_sub(span), last);
+        self.throttle_test().throttled(0.0, s)
+    }
+
+    /// The quota test with its floor scaled to `persistence_seconds`.
+    fn throttle_test(&self) -> ThrottleTest {
+        ThrottleTest {
+            min_throttled: (THROTTLED_MIN_PER_SECOND * self.params.persistence_seconds).ceil()
+                as u64,
+        }
+    }
+
+    /// The switches away of all the target's threads in bins `lo..=hi`.
+    fn switches_between(&self, lo: u64, hi: u64) -> Switches {
+        self.threads
+            .iter()
+            .filter_map(|t| t.cpu.as_ref())
+            .fold(Switches::default(), |s, c| s.plus(c.switches(lo, hi)))
     }
 
     /// `t`'s calls in `[a, b)`, edge bins counted pro rata.
@@ -2204,7 +2319,7 @@ impl Target {
         // Onsets count from the fault's first corroborated victims at or after the known
         // start, not from the start itself: a cgroup cap can take seconds to bite (2.5 s
         // on one PostgreSQL recording), and that delay is not the threads' onset.
-        let r = self.evaluate(from, to, Onset::Detect, Trigger::EndOfStream, c);
+        let r = self.evaluate(from, to, Onset::Calibration, Trigger::EndOfStream, c);
         if r.onset_times_seconds.count == 0 {
             return None;
         }
