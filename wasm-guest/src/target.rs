@@ -1385,17 +1385,20 @@ impl Target {
                 .filter(|&at| begun_by_alarm(at)),
             _ => None,
         };
-        // On demand, a target whose load one thread carries (a single-threaded event
-        // loop: nginx's one busy worker) has no second thread to corroborate: the alarm
-        // does, for that thread's lasting outlier when it was busy at its onset and no
-        // other thread was (measured: nginx under a CPU hog read `none`, its worker's
-        // `sendfile` 29× slower). Only an outlier of a call's execution time, not of its
+        // A target whose load one thread carries (a single-threaded event loop: nginx's
+        // one busy worker) has no second thread to corroborate: on demand the alarm
+        // does (in continuous mode, the scheduler's account; below), for that thread's
+        // lasting outlier when it was busy at its onset and no other thread was
+        // (measured: nginx under a CPU hog read `none`, its worker's `sendfile` 29×
+        // slower). Only an outlier of a call's execution time, not of its
         // usual wait nor of a frequency: a lone worker whose requests stop waits longer
         // and calls less, which is no fault. Not any lone outlier: letting one thread
         // suffice everywhere made idle PostgreSQL and MariaDB read external, a background
         // thread's waits lengthened once the load was gone (see EVALUATION.md, session 37).
         let sole = match onset {
-            Onset::At(_) if corroborated.is_none() && lone.is_none() => {
+            Onset::At(_) | Onset::Detect
+                if corroborated.is_none() && lone.is_none() && !alarms.is_empty() =>
+            {
                 let busy_at = |t: &Thread, at: u64| at_activity_floor(t, at, d, &self.params);
                 let mut busy_outliers = self.threads.iter().filter_map(|t| {
                     let e = first(t, lo)?.0;
@@ -1418,6 +1421,21 @@ impl Target {
                 }
             }
             _ => None,
+        };
+        // Continuous mode has no alarm to corroborate the lone thread: the scheduler's
+        // account does when, in the `persistence_seconds` after its onset, other
+        // processes took the CPU it gave up (`taken`) and the CPU stopped going idle
+        // (`saturated`): a CPU neighbour, the environment (measured: nginx's worker under
+        // a CPU hog, switches handing the CPU to another process 0.01 → 1.00, idle 0.98
+        // → 0.00, read `none` in continuous mode). Only that span: a hog that came later
+        // did not cause the outlier. Of the 33 recordings of sessions 38–39, only CPU
+        // hogs and memory limits saturated the CPU in an on-demand report.
+        let sole = match onset {
+            Onset::Detect => sole.filter(|&at| {
+                self.cpu_taken(at, None, seen, None)
+                    .is_some_and(|c| c.taken && c.saturated)
+            }),
+            Onset::At(_) | Onset::Calibration => sole,
         };
         // Likewise a CPU burner at the alarm: a runaway query holds a CPU without a single
         // syscall, and the sessions it slows may not slow enough to show outliers

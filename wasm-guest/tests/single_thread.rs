@@ -1,12 +1,13 @@
 //! A target whose load one thread carries (a single-threaded event loop: nginx's one busy
 //! worker beside its idle master). No second thread can corroborate the worker's outliers,
 //! so on demand the alarm does: the worker's lasting outlier, when it was the only busy
-//! thread, is the anomaly (τ 1 of 1). Continuous mode still asks for two threads.
+//! thread, is the anomaly (τ 1 of 1). Continuous mode asks for two threads, or for the
+//! scheduler's account of a CPU neighbour.
 
 #[path = "common/replay.rs"]
 mod replay;
 
-use faultline_engine::report::{Report, Verdict};
+use faultline_engine::report::{DecisionPath, Report, Subsystem, Verdict};
 use faultline_engine::syscalls::SyscallId;
 use faultline_engine::SyscallEvent;
 
@@ -104,6 +105,22 @@ fn event_loop(workers: u32, after: After) -> Vec<SyscallEvent> {
     ev
 }
 
+/// `events` plus worker 0's switches away, every 4 ms: blocking with the CPU left idle,
+/// or, from `hog_at` on, preempted by another process's task (a CPU hog).
+fn with_switches(mut events: Vec<SyscallEvent>, hog_at: Option<u64>) -> Vec<SyscallEvent> {
+    const HOG: u32 = 999_999;
+    let mut t = START + 2 * MS;
+    while t < END {
+        let hogged = hog_at.is_some_and(|at| t >= at);
+        events.push(SyscallEvent::on_cpu(1, 10, t, 40_000));
+        let next = if hogged { HOG } else { 0 };
+        events.push(SyscallEvent::off_cpu_to(1, 10, t + 1, hogged, next));
+        t += 4 * MS;
+    }
+    events.sort_by_key(|e| e.ts_ns);
+    events
+}
+
 /// The on-demand report at [`FAULT`] + 10 s, and every continuous report after the fault.
 fn diagnose(events: &[SyscallEvent]) -> (Report, Vec<Report>) {
     let (after, alarm) = replay::reports_and_alarm("web", events, FAULT, FAULT + 10 * S);
@@ -115,7 +132,8 @@ fn the_only_busy_thread_slowed_at_the_alarm_is_an_environment_fault() {
     let (alarm, after) = diagnose(&event_loop(1, After::Slowed));
     assert_eq!(alarm.verdict, Verdict::External, "{}", alarm.hint);
     assert_eq!(alarm.threads.directly_affected, 1);
-    // Continuous mode has no alarm to corroborate a single thread.
+    // Continuous mode has no alarm to corroborate a single thread, and without the
+    // scheduler's records nothing else does.
     assert!(!after.is_empty());
     assert!(after.iter().all(|r| r.verdict == Verdict::None));
 }
@@ -154,4 +172,54 @@ fn one_slowed_thread_beside_another_busy_one_is_not_the_target_alone() {
     // The same stream unchanged is quiet too.
     let (quiet, _) = diagnose(&event_loop(1, After::Same));
     assert_eq!(quiet.verdict, Verdict::None, "{}", quiet.hint);
+}
+
+#[test]
+fn in_continuous_mode_a_cpu_neighbour_corroborates_the_only_busy_thread() {
+    // Other processes took the CPU the worker gave up, and it stopped going idle: the
+    // environment, as the alarm would say.
+    let (alarm, after) = diagnose(&with_switches(event_loop(1, After::Slowed), Some(FAULT)));
+    assert_eq!(alarm.verdict, Verdict::External, "{}", alarm.hint);
+    let first = after
+        .iter()
+        .find(|r| r.verdict != Verdict::None)
+        .expect("a continuous report");
+    assert_eq!(
+        (first.verdict, first.decided_by, first.subsystem),
+        (
+            Verdict::External,
+            DecisionPath::ImpactFactor,
+            Subsystem::CpuScheduling
+        ),
+        "{first:#?}"
+    );
+    let c = first.cpu_taken.expect("switch records");
+    assert!(c.taken && c.saturated, "{c:?}");
+    let onset = first.anomaly_onset_ns.expect("an onset");
+    assert!((FAULT..FAULT + 3 * S).contains(&onset), "{first:#?}");
+    assert!(after.iter().all(|r| r.verdict != Verdict::Internal));
+
+    // The same slowdown with the CPU still idle has no neighbour to blame, nor has it
+    // when a hog came 20 s after it; and a neighbour the worker's calls did not feel is
+    // no anomaly of the service.
+    let later = Some(FAULT + 20 * S);
+    for (events, what) in [
+        (with_switches(event_loop(1, After::Slowed), None), "no hog"),
+        (
+            with_switches(event_loop(1, After::Slowed), later),
+            "a later hog",
+        ),
+        (
+            with_switches(event_loop(1, After::Same), Some(FAULT)),
+            "calls unchanged",
+        ),
+    ] {
+        let (_, after) = diagnose(&events);
+        assert!(!after.is_empty());
+        assert!(
+            after.iter().all(|r| r.verdict == Verdict::None),
+            "{what}: {:#?}",
+            after.iter().find(|r| r.verdict != Verdict::None)
+        );
+    }
 }
