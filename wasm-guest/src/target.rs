@@ -1096,14 +1096,16 @@ impl Target {
         // Kept while the quota goes on throttling (a lull of a few seconds does not end
         // it, a whole cadence without a throttled switch does), whichever rule found
         // this report's anomaly; set by the first report that found the quota.
+        // (Summed only while a quota is remembered: no work per tick otherwise.)
         let seen = tick_ns.min(self.now_ns);
         let cadence_bins = (self.d.cadence_ns / self.d.bin_ns).max(1);
         let last = seen / self.d.bin_ns;
-        let throttling = self
-            .switches_between((last + 1).saturating_sub(cadence_bins), last)
-            .throttled
-            > 0;
-        self.quota_before = self.quota_before.filter(|_| throttling).or_else(|| {
+        let throttling = || {
+            self.switches_between(last.saturating_add(1).saturating_sub(cadence_bins), last)
+                .throttled
+                > 0
+        };
+        self.quota_before = self.quota_before.filter(|_| throttling()).or_else(|| {
             report
                 .cpu_taken
                 .filter(|c| c.throttled)
@@ -2213,7 +2215,7 @@ impl Target {
         let bin = self.d.bin_ns;
         let span = (self.d.persistence_ns / bin).max(1);
         let last = seen / bin;
-        let s = self.switches_between((last + 1).saturating_sub(span), last);
+        let s = self.switches_between(last.saturating_add(1).saturating_sub(span), last);
         self.throttle_test().throttled(0.0, s)
     }
 

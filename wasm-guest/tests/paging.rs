@@ -154,9 +154,7 @@ fn uninterruptible_waits_in_calls_are_not_paging() {
     events.extend(in_calls);
     events.sort_by_key(|e| e.ts_ns);
     let r = diagnose(&events, from);
-    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
-    assert_ne!(r.subsystem, Subsystem::Memory, "{r:#?}");
-    assert_eq!(r.counters.page_wait_records, 0, "{:?}", r.counters);
+    assert_no_page_waits(&r);
 }
 
 /// A source of complete calls cannot say whether a switch fell inside a call: its
@@ -166,9 +164,7 @@ fn complete_calls_cannot_tell_page_faults() {
     let s = stream(EventShape::Complete);
     let from = fault_start_ns(&s);
     let r = diagnose(&with_switches(&s, paging_from(from)), from);
-    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
-    assert_ne!(r.subsystem, Subsystem::Memory, "{r:#?}");
-    assert_eq!(r.counters.page_wait_records, 0, "{:?}", r.counters);
+    assert_no_page_waits(&r);
 }
 
 /// Records lost just before a switch may have held the thread's next entry: the engine
@@ -215,4 +211,12 @@ fn a_burner_outranks_paging() {
     assert!(r.cpu_taken.is_some_and(|c| c.paging), "{r:#?}");
     assert!(r.cpu_burners.iter().any(|b| b.tid == burner), "{r:#?}");
     assert_eq!(r.subsystem, Subsystem::CpuScheduling, "{r:#?}");
+}
+
+/// The external verdict of the streams' slowdown, with no wait counted as a page fault
+/// and so no `memory` subsystem.
+fn assert_no_page_waits(r: &Report) {
+    assert_eq!(r.verdict, Verdict::External, "{r:#?}");
+    assert_ne!(r.subsystem, Subsystem::Memory, "{r:#?}");
+    assert_eq!(r.counters.page_wait_records, 0, "{:?}", r.counters);
 }
