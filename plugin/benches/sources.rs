@@ -193,7 +193,8 @@ mod lttng {
                 | EventKind::OnCpu
                 | EventKind::OffCpu
                 | EventKind::Lost
-                | EventKind::Counters => {}
+                | EventKind::Counters
+                | EventKind::TcpSegments => {}
             }
         }
         out

@@ -48,6 +48,8 @@ fn stream(threads: u32, shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent
     // (a thread of its own, 3 cycles per ns, almost no misses), so reports list threads.
     let mut out = Vec::with_capacity(events.len() + events.len() / 50);
     let mut spun_to = events.first().map_or(0, |e| e.ts_ns);
+    let first = spun_to;
+    let mut segments_at = spun_to;
     for (i, e) in events.into_iter().enumerate() {
         let ts = e.ts_ns;
         out.push(e);
@@ -81,6 +83,18 @@ fn stream(threads: u32, shape: EventShape, fault: FaultSpec) -> Vec<SyscallEvent
             };
             out.push(SyscallEvent::counters(e.pid, 999_999, ts, ns, p));
             spun_to = ts;
+        }
+        // And the network namespace's TCP segments (kind 7) once a second, their
+        // retransmitted share rising in the second half (packet loss).
+        if ts >= segments_at + 1_000_000_000 {
+            segments_at = ts;
+            let second = (ts - first) / 1_000_000_000;
+            out.push(SyscallEvent::tcp_segments(
+                e.pid,
+                ts,
+                1_000,
+                1 + second * second,
+            ));
         }
     }
     out

@@ -404,6 +404,53 @@ fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
     assert!(!log.iter().any(|l| l.contains("did not stop in time")));
 }
 
+/// The live perf source's pids also get their network namespace's TCP segments once a
+/// second (`sources.perf.tcp_segments`, on by default): a source of its own, routed to the
+/// process's target like its perf records, that ends with the agent.
+#[test]
+fn a_live_perf_source_also_samples_its_processes_tcp_segments() {
+    if !perf_installed() {
+        return;
+    }
+    let mut quiet = Command::new("sleep").arg("120").spawn().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = live_perf_config(dir.path(), &format!("pids = [{}]", quiet.id()), "");
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    let received = |addr| {
+        let (_, body) = http(addr, "GET", "/metrics");
+        let got = sample(
+            &body,
+            r#"faultline_events_received_total{source="tcp_segments"}"#,
+        );
+        (got.unwrap_or(0.0), body)
+    };
+    // A baseline, then a record a second.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (mut got, mut body) = received(run.addr);
+    while got < 2.0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+        (got, body) = received(run.addr);
+    }
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let _ = quiet.kill();
+    let _ = quiet.wait();
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert!(got >= 2.0, "{body}\n{log:#?}");
+    // Routed like the process's perf records (to the automatic target `sleep`).
+    let dropped = sample(
+        &body,
+        r#"faultline_events_dropped_total{source="tcp_segments",reason="no_target"}"#,
+    );
+    assert_eq!(dropped.unwrap_or(0.0), 0.0, "{body}");
+    assert!(status.success(), "exit status {status}: {log:#?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("tcp_segments source finished")),
+        "{log:#?}"
+    );
+}
+
 /// A live perf capture whose process exits ends on its own: the agent goes on serving,
 /// but it watches nothing. `/healthz` and `faultline_source_up` must say so, where a log
 /// line alone said it before.

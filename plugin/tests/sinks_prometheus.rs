@@ -558,6 +558,7 @@ fn counter_records_of_the_engine_are_exported() {
     sink.observe_engine_counters(&EngineCounters {
         counter_records: 1200,
         untracked_counter_records: 3,
+        segment_records: 45,
         ..EngineCounters::default()
     });
     let text = exporter.encode().unwrap();
@@ -568,5 +569,9 @@ fn counter_records_of_the_engine_are_exported() {
     assert_eq!(
         sample(&text, "faultline_engine_untracked_counter_records_total"),
         Some(3.0)
+    );
+    assert_eq!(
+        sample(&text, "faultline_engine_segment_records_total"),
+        Some(45.0)
     );
 }

@@ -155,6 +155,7 @@ fn emitted(batches: &[EventBatch]) -> BTreeMap<(&'static str, SyscallId), u64> {
             EventKind::OffCpu => "off_cpu",
             EventKind::Lost => "lost",
             EventKind::Counters => "counters",
+            EventKind::TcpSegments => "tcp_segments",
         };
         *m.entry((half, e.syscall)).or_insert(0) += 1;
     }
@@ -183,7 +184,8 @@ fn pair(batches: &[EventBatch]) -> (u64, u64) {
             | EventKind::OnCpu
             | EventKind::OffCpu
             | EventKind::Lost
-            | EventKind::Counters => {}
+            | EventKind::Counters
+            | EventKind::TcpSegments => {}
         }
     }
     (completed, mismatched)

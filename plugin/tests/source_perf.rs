@@ -97,6 +97,7 @@ fn event_counts(batches: &[EventBatch]) -> BTreeMap<(u32, &'static str, SyscallI
                 EventKind::OffCpu => "off_cpu",
                 EventKind::Lost => "lost",
                 EventKind::Counters => "counters",
+                EventKind::TcpSegments => "tcp_segments",
             };
             *m.entry((e.tid, half, e.syscall)).or_insert(0) += 1;
         }

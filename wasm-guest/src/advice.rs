@@ -54,6 +54,18 @@ pub fn throttled(top: Option<&RankedSyscall>) -> String {
     )
 }
 
+/// The hint of an anomaly the TCP account shows as packet loss (see
+/// [`crate::net_loss::LossTest`]): the path to name, with the shares that say so, since
+/// the calls may show nothing at all.
+pub fn packet_loss(share_before: f64, share_after: f64, top: Option<&RankedSyscall>) -> String {
+    let base = format!(
+        "Packets are being lost: the service's network namespace retransmitted {:.1} % of the TCP segments it sent, against {:.1} % before (check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",
+        share_after * 100.0,
+        share_before * 100.0
+    );
+    with_top(&base, Verdict::External, top)
+}
+
 /// The hint of an anomaly during which the target's threads waited in page faults (see
 /// [`crate::cpu_time::PagingTest`]): memory is what to check, whichever calls slowed
 /// after the faults; the verdict says whose memory use to suspect.

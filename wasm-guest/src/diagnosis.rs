@@ -204,6 +204,32 @@ pub fn with_cpu_quota(
     }
 }
 
+/// Fig. 3 extended by the kernel's TCP account: an anomaly during which the target's
+/// network namespace retransmitted a rising share of its segments (`lossy`, see
+/// [`crate::net_loss::LossTest`]) is external: the network dropped them, not the
+/// service. Not over a CPU burner (the service's own loop is then the finding). When only the TCP account showed
+/// an anomaly (`by_loss`), `None` becomes external too.
+pub fn with_packet_loss(
+    d: Differentiation,
+    lossy: bool,
+    burners: usize,
+    by_loss: bool,
+) -> Differentiation {
+    let turns = match d.verdict {
+        Verdict::Internal => true,
+        Verdict::None => by_loss,
+        Verdict::External => false,
+    };
+    if !lossy || burners > 0 || !turns {
+        return d;
+    }
+    Differentiation {
+        verdict: Verdict::External,
+        decided_by: DecisionPath::PacketLoss,
+        ..d
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,6 +325,37 @@ mod tests {
         );
         let internal = differentiate(&all[..2], pop, TH, false);
         assert_eq!(with_cpu_burners(internal.clone(), 2), internal);
+    }
+
+    #[test]
+    fn packet_loss_makes_a_local_verdict_or_the_loss_alone_external() {
+        let pop = Population {
+            active: 10,
+            active_io: 10,
+        };
+        let few: Vec<_> = (0..3).map(|_| f(0.1, true)).collect();
+        let local = differentiate(&few, pop, TH, true);
+        assert_eq!(local.verdict, Verdict::Internal);
+        assert_eq!(with_packet_loss(local.clone(), false, 0, false), local);
+        let lost = with_packet_loss(local.clone(), true, 0, false);
+        assert_eq!(
+            (lost.verdict, lost.decided_by, lost.impact_factor),
+            (Verdict::External, DecisionPath::PacketLoss, 0.3)
+        );
+        // A burner of the target's own keeps it internal.
+        assert_eq!(with_packet_loss(local.clone(), true, 1, false), local);
+        // No anomaly in the calls: external only when the loss itself is the anomaly.
+        let none = differentiate(&[], pop, TH, false);
+        assert_eq!(with_packet_loss(none.clone(), true, 0, false), none);
+        let alone = with_packet_loss(none, true, 0, true);
+        assert_eq!(
+            (alone.verdict, alone.decided_by),
+            (Verdict::External, DecisionPath::PacketLoss)
+        );
+        // An external verdict keeps its own reason.
+        let all: Vec<_> = (0..10).map(|_| f(0.1, true)).collect();
+        let ext = differentiate(&all, pop, TH, true);
+        assert_eq!(with_packet_loss(ext.clone(), true, 0, false), ext);
     }
 
     #[test]

@@ -53,6 +53,13 @@ pub enum EventKind {
     /// [`crate::vital_signs`]); the syscall analysis ignores it. See
     /// [`SyscallEvent::counters`].
     Counters,
+    /// Not a call: the TCP segments the target's network namespace sent over the
+    /// interval ending at `ts_ns`, and how many of them it retransmitted (the kernel's
+    /// `Tcp: OutSegs` and `RetransSegs` deltas, from `/proc/<pid>/net/snmp`); `tid` and
+    /// `syscall` are ignored. Packet loss on the path shows here even when no call of
+    /// the target slows: a non-blocking server's sends return at once and the kernel
+    /// retransmits behind them (see [`crate::net_loss`], [`SyscallEvent::tcp_segments`]).
+    TcpSegments,
 }
 
 /// Hardware/software counters sampled with a call, when the source has them.
@@ -223,6 +230,33 @@ impl SyscallEvent {
             ret: None,
             perf: Some(perf),
         }
+    }
+
+    /// The TCP segments process `pid`'s network namespace sent in the interval ending at
+    /// `ts_ns`, `retransmitted` of them sent again (see [`EventKind::TcpSegments`]). The
+    /// counts ride in `duration_ns` and `ret` so the batch layout stays as it is.
+    pub fn tcp_segments(pid: u32, ts_ns: u64, sent: u64, retransmitted: u64) -> Self {
+        Self {
+            pid,
+            tid: 0,
+            syscall: SyscallId::UNKNOWN,
+            kind: EventKind::TcpSegments,
+            ts_ns,
+            duration_ns: sent,
+            ret: Some(i64::try_from(retransmitted).unwrap_or(i64::MAX)),
+            perf: None,
+        }
+    }
+
+    /// For an [`EventKind::TcpSegments`] record, (segments sent, segments retransmitted);
+    /// `None` for any other record.
+    #[inline]
+    pub fn segments(&self) -> Option<(u64, u64)> {
+        if self.kind != EventKind::TcpSegments {
+            return None;
+        }
+        let retransmitted = self.ret.map_or(0, |r| u64::try_from(r).unwrap_or(0));
+        Some((self.duration_ns, retransmitted))
     }
 
     /// For an [`EventKind::OffCpu`] record, the task switched in (`Some(0)`: the idle

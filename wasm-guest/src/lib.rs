@@ -22,6 +22,7 @@ pub mod detector;
 pub mod diagnosis;
 pub mod engine;
 pub mod event;
+pub mod net_loss;
 pub mod pairing;
 pub mod params;
 pub mod prefetch;

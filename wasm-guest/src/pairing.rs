@@ -125,7 +125,11 @@ impl Pairer {
                 self.pending_enter_ns = ev.ts_ns;
                 None
             }
-            EventKind::OnCpu | EventKind::OffCpu | EventKind::Lost | EventKind::Counters => None,
+            EventKind::OnCpu
+            | EventKind::OffCpu
+            | EventKind::Lost
+            | EventKind::Counters
+            | EventKind::TcpSegments => None,
             EventKind::Exit => {
                 let Some(p) = self.pending() else {
                     c.lost_enters += 1;

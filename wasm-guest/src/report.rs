@@ -60,6 +60,10 @@ pub enum DecisionPath {
     /// [`crate::cpu_time::ThrottleTest`] and [`Report::cpu_taken`]): the environment,
     /// whatever τ said.
     CpuThrottled,
+    /// The target's network namespace retransmitted a rising share of its TCP segments
+    /// after the onset (see [`crate::net_loss::LossTest`] and [`Report::tcp_retransmits`]):
+    /// packet loss on the path, the environment, whatever τ said.
+    PacketLoss,
 }
 
 /// Kernel subsystem a syscall (and so a diagnosis) points at.
@@ -219,6 +223,11 @@ pub struct EngineCounters {
     /// their target's totals, not for a thread of their own.
     #[serde(default)]
     pub untracked_counter_records: u64,
+    /// TCP segment records (a network namespace's segments sent and retransmitted, see
+    /// [`crate::net_loss`]) taken into their targets' bins. Left out of the JSON while 0,
+    /// so a report of a source without them reads as before.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub segment_records: u64,
 }
 
 /// One diagnosis of one target over one window.
@@ -276,6 +285,11 @@ pub struct Report {
     /// demand, the span after is the `persistence_seconds` before the alarm.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_taken: Option<CpuTaken>,
+    /// The retransmitted share of the TCP segments the target's network namespace sent,
+    /// before and after the onset, when a source sampled them (see [`crate::net_loss`]);
+    /// `lossy` says whether a rise made the diagnosis (packet loss on the path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tcp_retransmits: Option<crate::net_loss::TcpRetransmits>,
     /// What the counters say the threads were doing (ChopStix's vital signs and
     /// symptoms), when the source delivered counters; absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -450,6 +464,11 @@ impl Report {
             c.idle_share_after = tidy(c.idle_share_after);
         }
     }
+}
+
+/// Whether a counter is 0 (serde's `skip_serializing_if` takes a reference).
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[cfg(test)]

@@ -881,7 +881,8 @@ mod tests {
                 | EventKind::OnCpu
                 | EventKind::OffCpu
                 | EventKind::Lost
-                | EventKind::Counters => {
+                | EventKind::Counters
+                | EventKind::TcpSegments => {
                     panic!("{:?} record in EnterExit shape", e.kind)
                 }
             }

@@ -5,7 +5,7 @@ import json
 import os
 import time
 
-from . import perfrec, proc_state
+from . import perfrec, proc_state, tcp_segments
 from .diagnose import ALARM_AFTER_S
 from .env import mono_ns
 from .latency import LatencyLog, anomaly
@@ -38,6 +38,7 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     log = LatencyLog()
     load = None
     rec = None
+    tcp = None
     live_result = None
     fault_on = False
     asleep_at_alarm = asleep_at_end = False
@@ -49,6 +50,8 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         pids = env.cgroup.pids()
         perf_data = os.path.join(out_dir, "perf.data")
         rec = perfrec.Recording(pids, perf_data, env.client_cpu)
+        # The main process's namespace is the server's: its TCP counters beside the trace.
+        tcp = tcp_segments.Sampler(pids[0]).start() if pids else None
         if live is not None:
             live.start(pids, case_id)
         time.sleep(1.0)
@@ -82,6 +85,8 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
                 print(f"   stopping {fault_name} after a failure: {e}", flush=True)
         if load is not None:
             load.stop()
+        if tcp is not None:
+            tcp.stop()
         if rec is not None:
             perf_msgs = rec.stop()
         if live is not None:
@@ -96,6 +101,7 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     trace = os.path.join(out_dir, "trace.txt.zst")
     lines = perfrec.decode(perf_data, trace, trace_start, fault_end)
     lost = perfrec.lost_events(perf_data)
+    tcp_samples = tcp.write(os.path.join(out_dir, tcp_segments.FILE), trace_start, fault_end) if tcp else 0
     os.unlink(perf_data)
     an = anomaly(records, (trace_start, fault_start), (fault_start, fault_end), now)
     if fault.stops_load:
@@ -128,6 +134,8 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         "perf_lost": {"messages": perf_msgs, "lost_records": lost},
         "trace_file": "trace.txt.zst",
         "trace_bytes": os.path.getsize(trace),
+        # faultline:tcp_segments lines in tcp.txt, merged into the trace by the diagnoses.
+        "tcp_samples": tcp_samples,
         # A freeze that did not take hold (every thread stopped) injected something else.
         "below_validity_rule": (fault.klass != "none" and not an["hurt"])
         or fault.details.get("all_stopped") is False,

@@ -20,7 +20,10 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
+
+from . import tcp_segments
 
 ALARM_AFTER_S = 10.0
 EARLY_ALARM_S = -15.0
@@ -35,7 +38,9 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     trace = os.path.join(case_dir, truth.get("trace_file", "trace.txt.zst"))
     alarm_ns = int(split_ns(truth) + (EARLY_ALARM_S if mode == "early_alarm" else ALARM_AFTER_S) * 1e9)
     cut = mode == "alarm_only"
-    cmd = [binary, "analyze", "--input", "perf:-" if cut else f"perf:{trace}", "--format", "json", "--no-progress"]
+    tcp = _tcp_file(case_dir)
+    cmd = [binary, "analyze", "--input", "perf:-" if cut or tcp else f"perf:{trace}", "--format", "json",
+           "--no-progress"]
     for t in targets:
         cmd += ["--target", t]
     cmd += list(extra)
@@ -52,7 +57,9 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
             cmd += ["--recorded-asleep"]
     t0 = time.time()
     if cut:
-        out = _analyze_cut(cmd, trace, alarm_ns)
+        out = _analyze_cut(cmd, trace, alarm_ns, tcp)
+    elif tcp:
+        out = _analyze_merged(cmd, trace, tcp)
     else:
         out = subprocess.run(cmd, capture_output=True, text=True)
     elapsed = time.time() - t0
@@ -66,17 +73,81 @@ def analyze(binary, case_dir, truth, mode, targets=(), extra=()):
     return analyses[0], elapsed, None
 
 
-def _analyze_cut(cmd, trace, alarm_ns):
-    """`cmd` fed with the perf-script records of `trace` up to `alarm_ns` (perf script prints
-    them in time order: the first later record ends the feed)."""
+def _tcp_file(case_dir):
+    """The case's `faultline:tcp_segments` lines (rw/tcp_segments.py), or None: older cases
+    have none and are analysed as before."""
+    path = os.path.join(case_dir, tcp_segments.FILE)
+    return path if os.path.exists(path) else None
+
+
+def _unpack(trace):
     # -f: zstd skips a symbolic link otherwise (a case folder of links to the recordings).
-    unpack = ["zstd", "-dcf", trace] if trace.endswith(".zst") else ["cat", trace]
+    return ["zstd", "-dcf", trace] if trace.endswith(".zst") else ["cat", trace]
+
+
+def _run_fed(cmd, lines):
+    """`cmd` run with the (bytes) `lines` on its stdin, written by a thread while its output
+    is collected (a full pipe either way would otherwise stall both); a CompletedProcess."""
+    r, w = os.pipe()
+    try:
+        proc = subprocess.Popen(cmd, stdin=r, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    except OSError:
+        os.close(w)
+        raise
+    finally:
+        os.close(r)
+
+    failed = []
+
+    def feed():
+        try:
+            with open(w, "wb") as sink:
+                sink.writelines(lines)
+        except BrokenPipeError:
+            pass  # faultline exited early: its exit code and stderr tell why
+        except Exception as e:  # noqa: BLE001 - re-raised below: a cut feed must not score
+            failed.append(e)
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    try:
+        out, err = proc.communicate()
+    finally:
+        writer.join()
+    if failed:
+        raise RuntimeError(f"feeding {cmd[0]} failed: {failed[0]!r}") from failed[0]
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+def _analyze_merged(cmd, trace, tcp):
+    """`cmd` fed with `trace` and the case's TCP segment lines in time order (streamed)."""
+    src = subprocess.Popen(_unpack(trace), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        out = _run_fed(cmd, tcp_segments.merge(src.stdout, tcp))
+    finally:
+        src.stdout.close()
+        rc = src.wait()
+    # A corrupt trace ends the feed early: that must not be scored as a short trace.
+    if rc != 0 and out.returncode == 0:
+        raise RuntimeError(f"unpacking {trace} failed: {src.stderr.read().decode(errors='replace')}")
+    src.stderr.close()
+    return out
+
+
+def _analyze_cut(cmd, trace, alarm_ns, tcp=None):
+    """`cmd` fed with the perf-script records of `trace` up to `alarm_ns` (perf script prints
+    them in time order: the first later record ends the feed), with the TCP segment lines
+    of `tcp` up to the same time merged in when given."""
+    unpack = _unpack(trace)
     # awk: field 3 is the timestamp "seconds.nanoseconds:".
     cutter = ["awk", "-v", f"T={alarm_ns / 1e9:.9f}", "{ts = substr($3, 1, length($3) - 1) + 0; if (ts > T) exit; print}"]
     src = subprocess.Popen(unpack, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     mid = subprocess.Popen(cutter, stdin=src.stdout, stdout=subprocess.PIPE)
     src.stdout.close()
-    out = subprocess.run(cmd, stdin=mid.stdout, capture_output=True, text=True)
+    if tcp:
+        out = _run_fed(cmd, tcp_segments.merge(mid.stdout, tcp, until_ns=alarm_ns))
+    else:
+        out = subprocess.run(cmd, stdin=mid.stdout, capture_output=True, text=True)
     mid.stdout.close()
     mid.wait()
     src.wait()
@@ -101,11 +172,13 @@ def pick(analysis, truth, mode):
 def calibrate(binary, case_dir, truth, targets=()):
     """α/β (and the activity floors scaled with α) from a case recorded under a known external
     fault: ["--set", "alpha_seconds=…", …]."""
-    cmd = [binary, "calibrate", "--input", f"perf:{os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))}",
+    trace = os.path.join(case_dir, truth.get('trace_file', 'trace.txt.zst'))
+    tcp = _tcp_file(case_dir)
+    cmd = [binary, "calibrate", "--input", "perf:-" if tcp else f"perf:{trace}",
            "--no-progress", "--fault-start-ns", str(split_ns(truth))]
     for t in targets:
         cmd += ["--target", t]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = _analyze_merged(cmd, trace, tcp) if tcp else subprocess.run(cmd, capture_output=True, text=True)
     sets = []
     for key in ("alpha_seconds", "beta_seconds", "min_active_calls", "direct_within_calls"):
         m = re.search(rf"{key}\s*=\s*([0-9.eE+-]+)", out.stdout)

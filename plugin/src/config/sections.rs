@@ -94,6 +94,11 @@ pub struct PerfSourceConfig {
     /// engine's vital signs and symptoms such as `busy_loop`): `auto` (default) when this
     /// machine's PMU counts them, `on` to fail at startup when it cannot, `off`.
     pub counters: CounterMode,
+    /// Also sample the TCP segments the traced processes' network namespace sent and
+    /// retransmitted, once a second (`/proc/<pid>/net/snmp`): packet loss shows as
+    /// retransmissions even when no call slows (a non-blocking server's sends return at
+    /// once). With `pids` or `cgroup` only (not `command`); on by default.
+    pub tcp_segments: bool,
 }
 
 impl Default for PerfSourceConfig {
@@ -105,6 +110,7 @@ impl Default for PerfSourceConfig {
             command: Vec::new(),
             cpu_time: true,
             counters: CounterMode::Auto,
+            tcp_segments: true,
         }
     }
 }
@@ -263,6 +269,38 @@ mod tests {
         load_from_str(Some(text), format, env)
             .map(|c| c.sources.perf.counters)
             .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn perf_tcp_segments_option() {
+        let tcp = |text: &str, format, env: &[(&str, &str)]| {
+            let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+            load_from_str(Some(text), format, env)
+                .map(|c| c.sources.perf.tcp_segments)
+                .map_err(|e| e.to_string())
+        };
+        let toml = ConfigFormat::Toml;
+        assert_eq!(tcp("", toml, &[]), Ok(true));
+        assert_eq!(
+            tcp("[sources.perf]\nenabled = false\n", toml, &[]),
+            Ok(true)
+        );
+        assert_eq!(
+            tcp("[sources.perf]\ntcp_segments = false\n", toml, &[]),
+            Ok(false)
+        );
+        assert_eq!(
+            tcp(
+                "sources:\n  perf:\n    tcp_segments: false\n",
+                ConfigFormat::Yaml,
+                &[]
+            ),
+            Ok(false)
+        );
+        let env = [("FAULTLINE_SOURCES__PERF__TCP_SEGMENTS", "false")];
+        assert_eq!(tcp("", toml, &env), Ok(false));
+        let e = tcp("[sources.perf]\ntcp_segments = \"maybe\"\n", toml, &[]).unwrap_err();
+        assert!(e.contains("sources.perf.tcp_segments"), "{e}");
     }
 
     #[test]

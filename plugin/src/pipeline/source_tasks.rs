@@ -19,6 +19,7 @@ use crate::sources::lttng::{self, reader as lttng_reader};
 use crate::sources::otlp::{self, OtlpServer};
 use crate::sources::perf::live::{self as perf_live, PerfTarget};
 use crate::sources::perf::{parse_arch, script as perf_script, PerfScriptReader};
+use crate::sources::tcp_segments::{self, TcpSegmentsReader};
 use crate::sources::{BatchReader, SourceError};
 
 /// A running pull source.
@@ -79,6 +80,28 @@ pub fn start_pull_sources(
             "perf",
             Some(telemetry),
         ));
+        // The traced processes' TCP counters, read from /proc: ends with `stop` (it has no
+        // producers), and is no live capture whose end would be a fault.
+        if s.perf.tcp_segments {
+            let stats = telemetry.source(tcp_segments::SOURCE);
+            match TcpSegmentsReader::for_target(&target, stats.clone(), stop.clone()) {
+                Some(reader) => {
+                    tracing::info!("TCP segment sampling started");
+                    handles.push(spawn_pull(
+                        Box::new(reader),
+                        ChildStopper::default(),
+                        tx,
+                        stats,
+                        stop,
+                        tcp_segments::SOURCE,
+                        None,
+                    ));
+                }
+                None => tracing::info!(
+                    "TCP segments are sampled for `pids` or a `cgroup` only, not for a command"
+                ),
+            }
+        }
     }
     if s.lttng.enabled {
         let input = match (&s.lttng.relayd_url, &s.lttng.trace_dir) {

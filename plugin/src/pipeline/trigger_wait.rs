@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use faultline_engine::{Report, SyscallEvent};
+use faultline_engine::{EventKind, Report, SyscallEvent};
 use tokio::sync::oneshot;
 
 /// The answer channel of one on-demand trigger (`Err` is a message for the HTTP client).
@@ -50,9 +50,16 @@ impl TriggerWait {
         }
     }
 
-    /// Advances `target`'s clock past the events just handed to the engine.
+    /// Advances `target`'s clock past the events just handed to the engine. Not past TCP
+    /// segment records: their sampler reads the counters as they are now, seconds ahead
+    /// of the calls a trigger waits for (as in the engine's own clock).
     pub fn observe(&mut self, target: &Arc<str>, events: &[SyscallEvent]) {
-        let Some(latest) = events.iter().map(|e| e.ts_ns).max() else {
+        let Some(latest) = events
+            .iter()
+            .filter(|e| e.kind != EventKind::TcpSegments)
+            .map(|e| e.ts_ns)
+            .max()
+        else {
             return;
         };
         match self.clocks.get_mut(target) {
@@ -173,6 +180,28 @@ mod tests {
         assert_eq!(due.len(), 1);
         assert_eq!(due[0].at_ns, 1_000);
         assert!(w.is_empty());
+    }
+
+    /// The TCP sampler's records come in seconds ahead of the calls: a trigger still
+    /// waits for the calls to reach the alarm.
+    #[test]
+    fn tcp_segment_records_ahead_of_the_calls_do_not_answer_a_trigger() {
+        let mut w = TriggerWait::new(Duration::from_secs(10));
+        let t: Arc<str> = Arc::from("web");
+        let now = Instant::now();
+        w.observe(&t, &[ev(100)]);
+        let (tx, _rx) = reply();
+        assert!(w.park("web".into(), 1_000, tx, now, false).is_none());
+        w.observe(&t, &[SyscallEvent::tcp_segments(1, 3_000, 10, 1)]);
+        assert!(
+            w.take_due(now).is_empty(),
+            "the calls are still short of it"
+        );
+        w.observe(
+            &t,
+            &[ev(1_000), SyscallEvent::tcp_segments(1, 4_000, 10, 1)],
+        );
+        assert_eq!(w.take_due(now).len(), 1);
     }
 
     #[test]

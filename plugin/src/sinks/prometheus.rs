@@ -693,6 +693,12 @@ impl Collector for SeriesCollector {
             "Counter records of threads past analysis.max_threads: in their target's totals, not in a thread's own",
             engine.untracked_counter_records,
         )?;
+        counter(
+            &mut enc,
+            "faultline_engine_segment_records",
+            "TCP segment records (a network namespace's segments sent and retransmitted) taken into their targets' packet-loss test",
+            engine.segment_records,
+        )?;
         Ok(())
     }
 }

@@ -167,8 +167,10 @@ impl TraceFormat {
             if line.starts_with(b"[") && memchr::memmem::find(line, b": {").is_some() {
                 return Some(TraceFormat::BabeltraceText);
             }
+            // faultline's TCP sampler writes its lines in `perf script` layout.
             if memchr::memmem::find(line, b"raw_syscalls:sys_").is_some()
                 || memchr::memmem::find(line, b" syscalls:sys_").is_some()
+                || memchr::memmem::find(line, b" faultline:tcp_segments:").is_some()
             {
                 return Some(TraceFormat::PerfScript);
             }
@@ -788,6 +790,8 @@ mod tests {
         assert_eq!(TraceFormat::sniff(trace), Some(TraceFormat::PerfTrace));
         assert_eq!(TraceFormat::sniff(bt), Some(TraceFormat::BabeltraceText));
         assert_eq!(TraceFormat::sniff(b"hello\nworld\n"), None);
+        let tcp = b"nginx 1/1 2.5: faultline:tcp_segments: sent=1 retransmitted=0\n";
+        assert_eq!(TraceFormat::sniff(tcp), Some(TraceFormat::PerfScript));
     }
 
     #[test]

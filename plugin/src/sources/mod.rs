@@ -3,6 +3,8 @@
 //! Pull sources (recorded files, `perf`/`babeltrace2` output, stdin) implement
 //! [`BatchReader`] so the same decoder serves offline `analyze` and live `run`;
 //! push sources (OTLP) feed a [`crate::pipeline::queue::BatchSender`] directly.
+//! [`tcp_segments`] is a pull source of its own: it samples the live perf source's
+//! processes' TCP counters from `/proc`.
 
 pub mod child;
 pub mod input;
@@ -10,6 +12,7 @@ pub(crate) mod lines;
 pub mod lttng;
 pub mod otlp;
 pub mod perf;
+pub mod tcp_segments;
 
 use crate::model::EventBatch;
 

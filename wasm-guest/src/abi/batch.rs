@@ -75,6 +75,7 @@ fn kind_code(kind: EventKind) -> u8 {
         EventKind::OffCpu => 4,
         EventKind::Lost => 5,
         EventKind::Counters => 6,
+        EventKind::TcpSegments => 7,
     }
 }
 
@@ -87,6 +88,7 @@ fn kind_from(code: u8) -> Option<EventKind> {
         4 => Some(EventKind::OffCpu),
         5 => Some(EventKind::Lost),
         6 => Some(EventKind::Counters),
+        7 => Some(EventKind::TcpSegments),
         _ => None,
     }
 }
@@ -377,6 +379,7 @@ mod tests {
             });
             e.ret = Some(-11);
         }
+        ev.push(SyscallEvent::tcp_segments(7, u64::MAX, 1_000, u64::MAX));
         ev
     }
 
@@ -465,10 +468,10 @@ mod tests {
         ));
         let rec0 = HEADER_LEN + 1;
         let mut bad = buf.clone();
-        bad[rec0 + 10] = 7;
+        bad[rec0 + 10] = 8;
         assert_eq!(
             decode_batch(&bad, &mut out),
-            Err(DecodeError::Kind { index: 0, kind: 7 })
+            Err(DecodeError::Kind { index: 0, kind: 8 })
         );
         let mut bad = buf.clone();
         bad[rec0 + 11] |= 0x80;

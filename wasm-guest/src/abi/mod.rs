@@ -30,7 +30,8 @@ mod exports;
 /// 8: `fl_advance` takes a fourth argument, what the host saw of the silent target's
 ///    processes ([`crate::Stillness::code`]).
 /// 9: an off-CPU record's `ret` 2 means blocked uninterruptibly (8 read it as preempted).
-pub const ABI_VERSION: u32 = 9;
+/// 10: record kind 7 (a network namespace's TCP segments sent and retransmitted).
+pub const ABI_VERSION: u32 = 10;
 
 /// What every `fl_*` call that can fail returns.
 ///

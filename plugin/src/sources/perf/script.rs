@@ -236,6 +236,12 @@ impl LineSink<'_> {
                 self.batcher
                     .push(owner_of(c.pid, c.tid, c.comm), counters_of(&c));
             }
+            // faultline's own line, not a perf sample: not in perf's tally.
+            Parsed::TcpSegments(s) => {
+                let pid = s.pid.unwrap_or(s.tid);
+                let event = SyscallEvent::tcp_segments(pid, s.ts_ns, s.sent, s.retransmitted);
+                self.batcher.push(owner_of(s.pid, s.tid, s.comm), event);
+            }
             Parsed::Skip => {}
             Parsed::Lost { lost, ts_ns } => {
                 self.lost.lost(self.stats, lost);
@@ -356,6 +362,39 @@ dd 9/9 1.000000004: raw_syscalls:sys_enter: NR 1 (0)
         }
         assert_eq!(arrived, 3);
         assert_eq!(stats.dropped(DropReason::KernelLost), 17);
+    }
+
+    /// A recorded trace with faultline's TCP lines: each becomes its process's record; a
+    /// broken one is a decode error like any other line.
+    #[test]
+    fn tcp_segment_lines_become_records_of_their_process() {
+        let text = "nginx 7/7 1.000000001: raw_syscalls:sys_enter: NR 0 (0)
+nginx 7/8 1.500000000: faultline:tcp_segments: sent=1234 retransmitted=5
+nginx 7/7 2.000000000: faultline:tcp_segments: sent=12 retransmitted=x
+curl 9/9 2.500000000: faultline:tcp_segments: sent=3 retransmitted=0
+";
+        let stats = Arc::new(SourceStats::new(SOURCE));
+        let mut r = PerfScriptReader::new(text.as_bytes(), Arch::X86_64, stats.clone());
+        let mut segments = Vec::new();
+        while let Some(b) = r.next_batch().unwrap() {
+            for e in &b.events {
+                if let Some((sent, retransmitted)) = e.segments() {
+                    assert_eq!(e.kind, faultline_engine::EventKind::TcpSegments);
+                    let comm = b.process.comm.clone().unwrap();
+                    segments.push((b.process.pid, comm, e.pid, e.ts_ns, sent, retransmitted));
+                }
+            }
+        }
+        segments.sort();
+        assert_eq!(
+            segments,
+            [
+                (Some(7), "nginx".into(), 7, 1_500_000_000, 1234, 5),
+                (Some(9), "curl".into(), 9, 2_500_000_000, 3, 0),
+            ]
+        );
+        assert_eq!(stats.decode_errors(), 1);
+        assert_eq!(stats.received(), 3);
     }
 
     #[test]

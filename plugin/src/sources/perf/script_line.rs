@@ -21,6 +21,13 @@
 //! <comm> <pid>/<tid> [<cpu>] <secs>.<frac>: <period> cycles/period=20000000/:
 //! <comm> <tid> <secs>.<frac>: <period> cache-misses: <ip> <sym> (<dso>)
 //! ```
+//! and faultline's own pseudo-tracepoint, which its TCP sampler (see
+//! [`crate::sources::tcp_segments`]) and test harnesses write in the same layout: the TCP
+//! segments the process's network namespace sent over the interval ending at the time, and
+//! how many of them it retransmitted:
+//! ```text
+//! <comm> <pid>/<tid> <secs>.<frac>: faultline:tcp_segments: sent=<n> retransmitted=<m>
+//! ```
 //! `comm` may contain spaces and digits; `[cpu]` and `pid/` are optional; the fraction has
 //! 9 digits with `--ns`, 6 without.
 
@@ -110,6 +117,18 @@ pub struct CounterLine<'a> {
     pub period: u64,
 }
 
+/// A decoded `faultline:tcp_segments` line: the network namespace of the process sent
+/// `sent` TCP segments over the interval ending at `ts_ns`, `retransmitted` of them again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SegmentsLine<'a> {
+    pub comm: &'a [u8],
+    pub pid: Option<u32>,
+    pub tid: u32,
+    pub ts_ns: u64,
+    pub sent: u64,
+    pub retransmitted: u64,
+}
+
 /// What a line turned out to be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Parsed<'a> {
@@ -120,6 +139,8 @@ pub enum Parsed<'a> {
     OffCpu(SwitchLine<'a>),
     /// A sample of a hardware counter.
     Counter(CounterLine<'a>),
+    /// TCP segments sent and retransmitted by the process's network namespace.
+    TcpSegments(SegmentsLine<'a>),
     /// Blank, a `#` comment, or a well-formed line of some other event: not an error.
     Skip,
     /// `PERF_RECORD_LOST[_SAMPLES] lost <n>` (`perf script --show-lost-events`): the kernel
@@ -140,6 +161,7 @@ const RAW_MARK: &[u8] = b" raw_syscalls:sys_";
 const NAMED_MARK: &[u8] = b" syscalls:sys_";
 const RUNTIME_MARK: &[u8] = b" sched:sched_stat_runtime:";
 const SWITCH_MARK: &[u8] = b" sched:sched_switch:";
+const SEGMENTS_MARK: &[u8] = b" faultline:tcp_segments:";
 /// Also the prefix of `PERF_RECORD_LOST_SAMPLES`, which has the same `lost <n>` tail.
 const LOST_MARK: &[u8] = b"PERF_RECORD_LOST";
 
@@ -147,6 +169,7 @@ const LOST_MARK: &[u8] = b"PERF_RECORD_LOST";
 pub struct LineParser {
     raw: memmem::Finder<'static>,
     named: memmem::Finder<'static>,
+    segments: memmem::Finder<'static>,
 }
 
 impl Default for LineParser {
@@ -160,6 +183,7 @@ impl LineParser {
         Self {
             raw: memmem::Finder::new(RAW_MARK),
             named: memmem::Finder::new(NAMED_MARK),
+            segments: memmem::Finder::new(SEGMENTS_MARK),
         }
     }
 
@@ -186,6 +210,10 @@ impl LineParser {
         if let Some(at) = memmem::find(line, SWITCH_MARK) {
             let (head, rest) = split_at(line, at, SWITCH_MARK.len());
             return parse_switch(head, rest).map_or(Parsed::Malformed, Parsed::OffCpu);
+        }
+        if let Some(at) = self.segments.find(line) {
+            let (head, rest) = split_at(line, at, SEGMENTS_MARK.len());
+            return parse_segments(head, rest).map_or(Parsed::Malformed, Parsed::TcpSegments);
         }
         if let Some(at) = memmem::find(line, LOST_MARK) {
             let (head, rest) = split_at(line, at, LOST_MARK.len());
@@ -336,6 +364,35 @@ fn parse_switch<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SwitchLine<'a>> {
         preempted: state == b"R" || state == b"R+",
         uninterruptible: state.first() == Some(&b'D'),
         next_tid,
+    })
+}
+
+/// `faultline:tcp_segments:` rest: `sent=<n> retransmitted=<m>`, both required, in any
+/// order; other `key=value` fields are ignored (room for more counters later).
+fn parse_segments<'a>(head: &'a [u8], rest: &'a [u8]) -> Option<SegmentsLine<'a>> {
+    let h = parse_header(head)?;
+    let (mut sent, mut retransmitted) = (None, None);
+    for field in rest
+        .split(|c| matches!(*c, b' ' | b'\t'))
+        .filter(|f| !f.is_empty())
+    {
+        let eq = memchr::memchr(b'=', field)?;
+        let value = field.get(eq + 1..)?;
+        match field.get(..eq)? {
+            // A key given twice is no reading of ours: which one would be meant?
+            b"sent" if sent.is_none() => sent = Some(parse_u64(value)?),
+            b"retransmitted" if retransmitted.is_none() => retransmitted = Some(parse_u64(value)?),
+            b"sent" | b"retransmitted" => return None,
+            _ => {}
+        }
+    }
+    Some(SegmentsLine {
+        comm: h.comm,
+        pid: h.pid,
+        tid: h.tid,
+        ts_ns: h.ts_ns,
+        sent: sent?,
+        retransmitted: retransmitted?,
     })
 }
 
@@ -745,6 +802,56 @@ mod tests {
             p.parse(b"dd 1/1 2.000000001: PERF_RECORD_LOST lost x"),
             Parsed::Malformed
         );
+    }
+
+    /// The line faultline's TCP sampler writes (and test harnesses with it).
+    #[test]
+    fn tcp_segment_records() {
+        let p = LineParser::new();
+        fn segments<'a>(p: &LineParser, line: &'a str) -> SegmentsLine<'a> {
+            match p.parse(line.as_bytes()) {
+                Parsed::TcpSegments(s) => s,
+                other => panic!("{line:?} gave {other:?}"),
+            }
+        }
+        let s = segments(&p, "           nginx 13020/13020 23681.282227519: faultline:tcp_segments: sent=1234 retransmitted=5\n");
+        assert_eq!(s.comm, b"nginx");
+        assert_eq!((s.pid, s.tid), (Some(13020), 13020));
+        assert_eq!(s.ts_ns, 23_681_282_227_519);
+        assert_eq!((s.sent, s.retransmitted), (1234, 5));
+        // The default field set (tid and cpu), the fields in another order, an unknown one.
+        let s = segments(
+            &p,
+            "  Web Content 77 [001] 5.000001: faultline:tcp_segments: retransmitted=0 in=9 sent=0",
+        );
+        assert_eq!((s.comm, s.pid, s.tid), (&b"Web Content"[..], None, 77));
+        assert_eq!((s.ts_ns, s.sent, s.retransmitted), (5_000_001_000, 0, 0));
+        for bad in [
+            // A field missing, or empty.
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=10",
+            "nginx 1/1 2.5: faultline:tcp_segments: retransmitted=1",
+            "nginx 1/1 2.5: faultline:tcp_segments:",
+            "nginx 1/1 2.5: faultline:tcp_segments: sent= retransmitted=1",
+            // Garbage numbers: signs, letters, hex, overflow, no `=`.
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=-3 retransmitted=1",
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=12x retransmitted=1",
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=0x10 retransmitted=1",
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=99999999999999999999999 retransmitted=1",
+            "nginx 1/1 2.5: faultline:tcp_segments: sent 10 retransmitted=1",
+            // A broken header.
+            "nginx 1/zz 2.5: faultline:tcp_segments: sent=10 retransmitted=1",
+            "faultline:tcp_segments: sent=10 retransmitted=1",
+            // A key twice.
+            "nginx 1/1 2.5: faultline:tcp_segments: sent=10 sent=11 retransmitted=1",
+        ] {
+            assert_eq!(p.parse(bad.as_bytes()), Parsed::Malformed, "{bad}");
+        }
+        // Every prefix of a real line parses without a panic.
+        let line =
+            "nginx 13020/13020 23681.282227519: faultline:tcp_segments: sent=1234 retransmitted=5";
+        for end in 0..=line.len() {
+            let _ = p.parse(&line.as_bytes()[..end]);
+        }
     }
 
     fn counter(line: &str) -> CounterLine<'_> {
