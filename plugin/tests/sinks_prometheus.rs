@@ -559,6 +559,7 @@ fn counter_records_of_the_engine_are_exported() {
         counter_records: 1200,
         untracked_counter_records: 3,
         segment_records: 45,
+        untargeted_segment_records: 2,
         ..EngineCounters::default()
     });
     let text = exporter.encode().unwrap();
@@ -573,5 +574,9 @@ fn counter_records_of_the_engine_are_exported() {
     assert_eq!(
         sample(&text, "faultline_engine_segment_records_total"),
         Some(45.0)
+    );
+    assert_eq!(
+        sample(&text, "faultline_engine_untargeted_segment_records_total"),
+        Some(2.0)
     );
 }

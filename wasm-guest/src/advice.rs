@@ -59,7 +59,7 @@ pub fn throttled(top: Option<&RankedSyscall>) -> String {
 /// the calls may show nothing at all.
 pub fn packet_loss(share_before: f64, share_after: f64, top: Option<&RankedSyscall>) -> String {
     let base = format!(
-        "Packets are being lost: the service's network namespace retransmitted {:.1} % of the TCP segments it sent, against {:.1} % before (check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",
+        "Packets are being lost: the service's network namespace retransmitted {:.2} % of the TCP segments it sent, against {:.3} % before (check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",
         share_after * 100.0,
         share_before * 100.0
     );

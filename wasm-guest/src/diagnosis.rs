@@ -205,8 +205,8 @@ pub fn with_cpu_quota(
 }
 
 /// Fig. 3 extended by the kernel's TCP account: an anomaly during which the target's
-/// network namespace retransmitted a rising share of its segments (`lossy`, see
-/// [`crate::net_loss::LossTest`]) is external: the network dropped them, not the
+/// network namespace retransmitted more of its segments while it went on sending them
+/// (`lossy`: [`crate::net_loss::LossTest::lossy`] and `steady`) is external: the network dropped them, not the
 /// service. Not over a CPU burner (the service's own loop is then the finding). When only the TCP account showed
 /// an anomaly (`by_loss`), `None` becomes external too.
 pub fn with_packet_loss(

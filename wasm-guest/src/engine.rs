@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use crate::event::SyscallEvent;
+use crate::event::{EventKind, SyscallEvent};
 use crate::params::{ParamError, Params};
 use crate::report::{Calibration, EngineCounters, Report};
 use crate::stillness::Stillness;
@@ -88,6 +88,12 @@ impl Engine {
             return;
         }
         if !self.targets.contains_key(target) {
+            // A process that makes no call is no target: the TCP sampler reads a
+            // namespace for every process name in it (counted, not kept).
+            if events.iter().all(|e| e.kind == EventKind::TcpSegments) {
+                self.counters.untargeted_segment_records += events.len() as u64;
+                return;
+            }
             if self.targets.len() >= self.params.max_targets {
                 self.counters.dropped_targets += 1;
                 return;

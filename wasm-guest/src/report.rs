@@ -224,10 +224,16 @@ pub struct EngineCounters {
     #[serde(default)]
     pub untracked_counter_records: u64,
     /// TCP segment records (a network namespace's segments sent and retransmitted, see
-    /// [`crate::net_loss`]) taken into their targets' bins. Left out of the JSON while 0,
+    /// [`crate::net_loss`]) taken into their targets' bins (not a second record of the
+    /// same reading, nor one older than the bins kept). Left out of the JSON while 0,
     /// so a report of a source without them reads as before.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub segment_records: u64,
+    /// TCP segment records of a target that had made no call yet, left out: the sampler
+    /// reads a namespace for every process name in it, and one that makes no call is no
+    /// target (nor is a target's first second, before its calls arrive).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub untargeted_segment_records: u64,
 }
 
 /// One diagnosis of one target over one window.

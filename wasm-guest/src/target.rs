@@ -47,7 +47,7 @@ use crate::cpu_time::{
 use crate::detector::{self, Baseline, Thresholds};
 use crate::diagnosis::{self, Finding, Population};
 use crate::event::{EventKind, PerfCounters, SyscallEvent};
-use crate::net_loss::{median_share, LossTest, SegmentBins, Segments, TcpRetransmits};
+use crate::net_loss::{LossTest, PathBaseline, SegmentBins, Segments, TcpRetransmits};
 use crate::pairing::Call;
 use crate::params::{seconds_to_ns, Params};
 use crate::ranking::{self, Ranking, Vote};
@@ -331,7 +331,7 @@ pub struct Target {
     /// The retransmitted share before the packet loss a cadence report found, kept while
     /// the target goes on retransmitting (as `quota_before`, for a loss that outlasts
     /// the window).
-    loss_before: Option<f64>,
+    loss_before: Option<PathBaseline>,
 }
 
 impl Target {
@@ -391,6 +391,7 @@ impl Target {
         if self.d.bin_ns != bin_before {
             // Its bins are in the old size; the next records start it again.
             self.segments = None;
+            self.loss_before = None;
         }
         for p in &mut self.pools {
             p.refresh(&self.d);
@@ -1151,11 +1152,25 @@ impl Target {
         });
         // Likewise the loss's share before, kept while the reports find the loss (the
         // first one's: later ones measure from it).
-        let remembered = self.loss_before;
-        self.loss_before = report
-            .tcp_retransmits
-            .filter(|l| l.lossy && report.verdict == Verdict::External)
-            .map(|l| remembered.unwrap_or(l.share_before));
+        // A lull of a few seconds does not end it, a whole cadence without a
+        // retransmission does (as the quota's).
+        let retransmitting = || {
+            self.segments.as_ref().is_some_and(|s| {
+                s.between(last.saturating_add(1).saturating_sub(cadence_bins), last)
+                    .retransmitted
+                    > 0
+            })
+        };
+        self.loss_before = self.loss_before.filter(|_| retransmitting()).or_else(|| {
+            report
+                .tcp_retransmits
+                .filter(|l| l.lossy && report.verdict == Verdict::External)
+                .map(|l| PathBaseline {
+                    share: l.share_before,
+                    retransmitted: l.per_second_before,
+                    sent: l.sent_per_second_before,
+                })
+        });
         self.rotate_epoch();
         report
     }
@@ -1254,10 +1269,11 @@ impl Target {
             return;
         };
         let bin_ns = self.d.bin_ns;
-        self.segments
+        let taken = self
+            .segments
             .get_or_insert_with(|| Box::new(SegmentBins::new(bin_ns)))
             .add(ev.ts_ns, sent, retransmitted);
-        c.segment_records += 1;
+        c.segment_records += u64::from(taken);
     }
 
     /// Takes a record's counters into the vital signs (a counters record's interval, or
@@ -1550,7 +1566,7 @@ impl Target {
             quota_at_alarm.filter(|_| corroborated.is_none() && lone.is_none() && sole.is_none());
         // Likewise packet loss in the TCP account: a non-blocking server's calls do not
         // slow when its segments are lost, the kernel retransmits behind them (measured:
-        // nginx under 10 % loss, client p99 ×120, no call slower; see `crate::net_loss`).
+        // nginx under 10 % loss, client p99 ×110–140, no call slower; see `crate::net_loss`).
         // On demand the span before the alarm, as for a quota; in continuous mode from
         // where the latest run of lossy spans began, once it lasted `persistence_seconds`.
         // Either needs samples before it to have risen from.
@@ -1560,10 +1576,16 @@ impl Target {
             Onset::Detect => self.loss_before,
             Onset::Calibration | Onset::At(_) => None,
         };
-        let loss_at_alarm = match onset {
+        let at_alarm = match onset {
             Onset::At(t) => self
                 .retransmits(t.saturating_sub(self.d.persistence_ns), t, from, None)
                 .map(|l| (t, l)),
+            Onset::Detect | Onset::Calibration => None,
+        };
+        // An anomaly by itself only while the path goes on sending: a service that stops
+        // accepting makes the kernel retransmit its handshakes while it sends less.
+        let loss_at_alarm = match onset {
+            Onset::At(_) => at_alarm,
             Onset::Detect if corroborated.is_none() => self
                 .loss_onset(from, seen, ongoing_loss)
                 .filter(|&(t0, _)| seen.saturating_sub(t0) >= self.d.persistence_ns)
@@ -1572,7 +1594,7 @@ impl Target {
                 }),
             Onset::Detect | Onset::Calibration => None,
         }
-        .filter(|(_, l)| l.lossy);
+        .filter(|(_, l)| l.lossy && l.steady);
         let loss_alone = loss_at_alarm.filter(|_| {
             corroborated.is_none()
                 && lone.is_none()
@@ -1801,16 +1823,16 @@ impl Target {
         let tcp_retransmits = match (t0, by_loss) {
             (_, Some((_, l))) => Some(l),
             (Some(t0), None) if anomalous => {
-                let after_onset = self.retransmits(
-                    t0,
-                    t0.saturating_add(self.d.persistence_ns).min(seen.max(t0)),
-                    from,
-                    ongoing_loss,
-                );
+                // Only a whole span: a bin or two after an onset at the latest data would
+                // let one healthy burst overrule the calls.
+                let end = t0.saturating_add(self.d.persistence_ns);
+                let after_onset = (end <= seen)
+                    .then(|| self.retransmits(t0, end, from, ongoing_loss))
+                    .flatten();
                 // Or the span before the alarm, when the loss came after the onset
                 // (the scheduler's account likewise tests both).
-                match (after_onset, loss_at_alarm) {
-                    (Some(a), Some((_, l))) if !a.lossy => Some(l),
+                match (after_onset, at_alarm) {
+                    (Some(a), Some((_, l))) if !a.lossy && l.lossy => Some(l),
                     (a, l) => a.or(l.map(|(_, l)| l)),
                 }
             }
@@ -1818,7 +1840,7 @@ impl Target {
         };
         let diff = diagnosis::with_packet_loss(
             diff,
-            tcp_retransmits.is_some_and(|l| l.lossy),
+            tcp_retransmits.is_some_and(|l| l.lossy && l.steady),
             burners.len(),
             by_loss.is_some(),
         );
@@ -2344,15 +2366,15 @@ impl Target {
         Some(((at * bin).max(from), reaches_from))
     }
 
-    /// What the TCP account says of `[a, b]` against `[from, a)`, or against the share
-    /// `share_before` an earlier report measured (see `loss_before`): `None` without
-    /// segment samples after, or before when there is no such share.
+    /// What the TCP account says of `[a, b]` against the spans of `[from, a)`, or against
+    /// the `before` an earlier report measured (see `loss_before`): `None` without segment
+    /// samples after, or before when there is no such measure.
     fn retransmits(
         &self,
         a: u64,
         b: u64,
         from: u64,
-        share_before: Option<f64>,
+        before: Option<PathBaseline>,
     ) -> Option<TcpRetransmits> {
         let seg = self.segments.as_ref()?;
         let bin = self.d.bin_ns;
@@ -2361,63 +2383,73 @@ impl Target {
         if after.samples == 0 {
             return None;
         }
-        // The median over the spans of `persistence_seconds` before, as for the
+        // The medians over the spans of `persistence_seconds` before, as for the
         // scheduler's shares: one sum over the window would dilute a loss that began
         // well before a late alarm into a rise it never shows.
-        let share_before = match share_before {
-            Some(s) => s,
-            None => median_share(&self.spans_before(seg, lo, from / bin))?,
+        let before = match before {
+            Some(b) => b,
+            None => PathBaseline::of(&self.spans_before(seg, lo, from / bin))?,
         };
-        let seconds = (b.saturating_sub(a) as f64 / 1e9).max(1.0);
+        let n = after.samples as f64;
         Some(TcpRetransmits {
-            share_before,
+            share_before: before.share,
             share_after: after.retransmitted_share(),
-            per_second_after: after.retransmitted as f64 / seconds,
-            lossy: LossTest::over(seconds, self.params.min_persistence).lossy(share_before, after),
+            per_second_before: before.retransmitted,
+            per_second_after: after.retransmitted as f64 / n,
+            sent_per_second_before: before.sent,
+            sent_per_second_after: after.sent as f64 / n,
+            lossy: LossTest::lossy(before, after),
+            steady: LossTest::steady(before, after),
         })
     }
 
-    /// Where the target's latest run of lossy spans began, and the share it rose from:
-    /// spans of `persistence_seconds` back from the latest data (`seen`), each passing the
-    /// loss test against the median of the window's spans before the latest (or the
-    /// share an earlier report measured, `remembered`); the onset is the first of the
-    /// lossy samples (the test's share, risen) that lead, without another between, into
-    /// the run's earliest span, and the share before is the median of
-    /// the spans before the run. `None` when the latest span is not lossy or has no
-    /// sample (a sampler that stopped says nothing of the path now), or when the run
+    /// Where the target's latest run of lossy spans began, and the path's measure before
+    /// it: spans of `persistence_seconds` back from the latest data (`seen`), each passing
+    /// the loss test against the medians of the window's spans before the latest (or the
+    /// measure an earlier report took, `remembered`); the onset is the first of the lossy
+    /// samples (retransmissions risen) that lead, within a span and without another
+    /// sample between, into the run's earliest span, and the measure before is the
+    /// medians of the spans before the run. `None` when the latest span is not lossy (no
+    /// samples: a sampler that stopped says nothing of the path now), or when the run
     /// reaches back to the window's start and nothing was remembered (no span before it
     /// is left to have risen from).
-    fn loss_onset(&self, from: u64, seen: u64, remembered: Option<f64>) -> Option<(u64, f64)> {
+    fn loss_onset(
+        &self,
+        from: u64,
+        seen: u64,
+        remembered: Option<PathBaseline>,
+    ) -> Option<(u64, PathBaseline)> {
         let seg = self.segments.as_ref()?;
         let bin = self.d.bin_ns;
         let span = (self.d.persistence_ns / bin).max(1);
         let (first, last) = (from / bin, seen / bin);
         let spans = self.spans_before(seg, last.saturating_add(1), first);
-        let test = LossTest::over((span * bin) as f64 / 1e9, self.params.min_persistence);
-        let provisional = remembered.or_else(|| median_share(spans.get(1..)?))?;
+        let provisional = remembered.or_else(|| PathBaseline::of(spans.get(1..)?))?;
         let run = spans
             .iter()
-            .take_while(|s| test.lossy(provisional, **s))
+            .take_while(|s| LossTest::lossy(provisional, **s))
             .count();
         if run == 0 {
             return None;
         }
         let before = match remembered {
             Some(b) => b,
-            None => median_share(spans.get(run..)?)?,
+            None => PathBaseline::of(spans.get(run..)?)?,
         };
         let hi = last.checked_sub((run as u64 - 1).saturating_mul(span))?;
         let lo = hi.saturating_sub(span - 1).max(first);
-        // A sample that retransmitted the test's share and risen over the share before.
         let lossy = |s: Segments| {
             s.retransmitted > 0
                 && s.retransmitted_share() >= LossTest::SHARE
-                && s.retransmitted_share() >= LossTest::RISE * before
+                && s.retransmitted_share() >= LossTest::RISE * before.share
+                && s.retransmitted as f64
+                    >= LossTest::RISE * before.retransmitted * s.samples as f64
         };
         let mut at = (lo..=hi).find(|&b| lossy(seg.between(b, b)))?;
         // Spans are aligned on the latest data, not on the loss: the lossy samples just
-        // before the run's earliest span are part of it.
-        for b in (first..at).rev() {
+        // before the run's earliest span are part of it (at most a span back: past a
+        // sampler's gap an earlier burst is no part of it).
+        for b in (lo.saturating_sub(span).max(first)..at).rev() {
             let s = seg.between(b, b);
             if lossy(s) {
                 at = b;
@@ -2429,9 +2461,11 @@ impl Target {
     }
 
     /// The segment sums of the spans of `persistence_seconds` that end before bin `end`,
-    /// back to bin `first` (the window's start), latest first.
+    /// back to bin `first` (the window's start; no further than the ring holds), latest
+    /// first.
     fn spans_before(&self, seg: &SegmentBins, end: u64, first: u64) -> Vec<Segments> {
         let span = (self.d.persistence_ns / self.d.bin_ns).max(1);
+        let first = first.max(end.saturating_sub(SegmentBins::LEN));
         (0..)
             .map_while(|i: u64| {
                 let hi = end.checked_sub(i.checked_mul(span)?.checked_add(1)?)?;

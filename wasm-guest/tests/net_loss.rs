@@ -186,7 +186,7 @@ fn continuous_mode_reports_loss_that_rose_and_lasts() {
 /// A loss that lasts longer than the window is reported while it lasts: once no span
 /// before it is left in the window, the share it rose from is the one an earlier cadence
 /// report measured. When it ends, the reports go back to `none`, also on a path that
-/// goes on retransmitting a segment a second (0.1 %, under the floor). A path that lost
+/// goes on retransmitting a segment a second (under the count floor). A path that lost
 /// packets from its first record never had a share before and stays `none`.
 #[test]
 fn a_loss_longer_than_the_window_is_reported_while_it_lasts() {
@@ -251,6 +251,36 @@ fn loss_makes_a_local_looking_slowdown_external() {
     }
 }
 
+/// A service that stops accepting makes the kernel retransmit its handshakes while it
+/// sends less: retransmissions rise as the segments sent collapse, which is its own
+/// doing. τ's internal verdict stands, and no call-free anomaly is made of it.
+#[test]
+fn retransmissions_of_a_path_that_stopped_sending_are_no_environment_fault() {
+    for slowed in [true, false] {
+        let s = stream(30, slowed.then(|| slowdown(0.25, 2.0)));
+        let from = fault_start_ns(&s);
+        let events: Vec<SyscallEvent> = with_segments(&s, from..u64::MAX)
+            .into_iter()
+            .map(|e| match e.segments() {
+                Some((sent, r)) if e.ts_ns >= from => {
+                    SyscallEvent::tcp_segments(e.pid, e.ts_ns, sent / 10, r)
+                }
+                _ => e,
+            })
+            .collect();
+        let (reports, mut engine) = run(&events);
+        let r = engine.trigger("svc", from + 3 * S).expect("report");
+        if slowed {
+            assert_eq!(r.verdict, Verdict::Internal, "{r:#?}");
+            let l = r.tcp_retransmits.expect("segment records");
+            assert!(l.lossy && !l.steady, "{l:?}");
+        } else {
+            assert_eq!(r.verdict, Verdict::None, "{r:#?}");
+            assert!(reports.iter().all(|r| r.verdict == Verdict::None));
+        }
+    }
+}
+
 /// When τ already says external, the loss does not decide the verdict, but it names
 /// the subsystem and the hint: the slowed calls' own classes follow whichever calls the
 /// lost segments delayed.
@@ -302,6 +332,18 @@ fn segment_records_far_from_the_clock_are_screened_out() {
     );
 }
 
+/// Segment records of a process that made no call make no target (the sampler reads a
+/// namespace for every process name in it): counted and left out.
+#[test]
+fn segment_records_alone_make_no_target() {
+    let mut engine = Engine::new(Params::default()).expect("valid params");
+    engine.ingest("sleep", &[SyscallEvent::tcp_segments(9, S, 1_000, 3)]);
+    assert_eq!(engine.counters().untargeted_segment_records, 1);
+    assert_eq!(engine.counters().segment_records, 0);
+    assert!(engine.trigger("sleep", 2 * S).is_none());
+    assert!(engine.finish().is_empty());
+}
+
 /// A sampler's batches (segment records alone) come in ahead of the calls' source: they
 /// must not move the target's clock, or a cadence report would be cut before the calls
 /// of its last seconds arrived. Fed 2 s ahead, the reports and verdicts are those of the
@@ -344,5 +386,11 @@ fn a_samplers_batches_ahead_of_the_calls_do_not_move_the_clock() {
     );
     assert_loss_verdict(&ra);
     assert_loss_verdict(&rb);
-    assert_eq!(a.counters().segment_records, b.counters().segment_records);
+    // Those ahead of the target's first calls found no target yet (counted).
+    let (ca, cb) = (a.counters(), b.counters());
+    assert!(cb.untargeted_segment_records > 0);
+    assert_eq!(
+        ca.segment_records,
+        cb.segment_records + cb.untargeted_segment_records
+    );
 }

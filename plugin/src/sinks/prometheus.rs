@@ -699,6 +699,12 @@ impl Collector for SeriesCollector {
             "TCP segment records (a network namespace's segments sent and retransmitted) taken into their targets' packet-loss test",
             engine.segment_records,
         )?;
+        counter(
+            &mut enc,
+            "faultline_engine_untargeted_segment_records",
+            "TCP segment records of processes that made no call (no target of their own), left out",
+            engine.untargeted_segment_records,
+        )?;
         Ok(())
     }
 }

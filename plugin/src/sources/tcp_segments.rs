@@ -14,9 +14,9 @@
 //! cgroup's `cgroup.procs` (re-read every round, at most [`MAX_PIDS`]). `command` mode has
 //! no pid known up front and is not sampled. Processes are grouped by their network
 //! namespace (the inode of `/proc/<pid>/ns/net`; when that link cannot be read, without
-//! ptrace access to the process, by process name, so a hundred backends still make one
-//! reading, not a hundred copies that would multiply the counts), so a namespace is read
-//! once a round; the reading then goes to each distinct
+//! ptrace access to the process, the namespace of a process of the same name read earlier
+//! in the round, else by process name, so a hundred backends still make one reading, not a
+//! hundred copies that would multiply the counts), so a namespace is read once a round; the reading then goes to each distinct
 //! process name in the namespace, as a batch of the first process listed with that name
 //! (its pid and name, as the perf source's batches of it carry, so the router gives it to
 //! the same target). One record per name rather than per process: nginx's master and
@@ -257,7 +257,12 @@ impl TcpSegmentsReader {
                     self.gone(pid, &e);
                     continue;
                 }
-                Err(_) => NetKey::Name(comm.clone()),
+                // A process of a name already read in a known namespace joins it: read
+                // apart, the namespace would count twice a round.
+                Err(_) => out
+                    .iter()
+                    .find(|ns| ns.procs.iter().any(|p| p.comm == comm))
+                    .map_or_else(|| NetKey::Name(comm.clone()), |ns| ns.key.clone()),
             };
             let proc = Proc { pid, comm };
             match index.get(&key).and_then(|&i| out.get_mut(i)) {
