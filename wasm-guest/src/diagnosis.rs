@@ -189,43 +189,46 @@ pub fn with_cpu_quota(
     burners: usize,
     by_quota: bool,
 ) -> Differentiation {
-    let turns = match d.verdict {
-        Verdict::Internal => true,
-        Verdict::None => by_quota,
-        Verdict::External => false,
-    };
-    if !throttled || burners > 0 || !turns {
-        return d;
-    }
-    Differentiation {
-        verdict: Verdict::External,
-        decided_by: DecisionPath::CpuThrottled,
-        ..d
-    }
+    environment_evidence(d, throttled, burners, by_quota, DecisionPath::CpuThrottled)
 }
 
 /// Fig. 3 extended by the kernel's TCP account: an anomaly during which the target's
 /// network namespace retransmitted more of its segments while it went on sending them
-/// (`lossy`: [`crate::net_loss::LossTest::lossy`] and `steady`) is external: the network dropped them, not the
-/// service. Not over a CPU burner (the service's own loop is then the finding). When only the TCP account showed
-/// an anomaly (`by_loss`), `None` becomes external too.
+/// (`lossy`: [`crate::net_loss::LossTest::lossy`] and `steady`) is external: the network
+/// dropped them, not the service. Not over a CPU burner (the service's own loop is then
+/// the finding). When only the TCP account showed an anomaly (`by_loss`), `None` becomes
+/// external too.
 pub fn with_packet_loss(
     d: Differentiation,
     lossy: bool,
     burners: usize,
     by_loss: bool,
 ) -> Differentiation {
+    environment_evidence(d, lossy, burners, by_loss, DecisionPath::PacketLoss)
+}
+
+/// The shape the quota and packet-loss rules share: evidence of the environment makes an
+/// internal verdict external, and `None` too when that evidence alone found the anomaly
+/// (`alone`); never over a CPU burner of the target's own, nor over an external verdict,
+/// which keeps its own reason.
+fn environment_evidence(
+    d: Differentiation,
+    evidence: bool,
+    burners: usize,
+    alone: bool,
+    path: DecisionPath,
+) -> Differentiation {
     let turns = match d.verdict {
         Verdict::Internal => true,
-        Verdict::None => by_loss,
+        Verdict::None => alone,
         Verdict::External => false,
     };
-    if !lossy || burners > 0 || !turns {
+    if !evidence || burners > 0 || !turns {
         return d;
     }
     Differentiation {
         verdict: Verdict::External,
-        decided_by: DecisionPath::PacketLoss,
+        decided_by: path,
         ..d
     }
 }
