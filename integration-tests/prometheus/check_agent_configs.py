@@ -106,6 +106,27 @@ def otelcol():
     check(exp["endpoint"] == "127.0.0.1:14317", "otelcol: otlp/faultline must point at faultline's gRPC port")
     scrape = cfg["receivers"]["prometheus/faultline"]["config"]["scrape_configs"][0]
     check(scrape["static_configs"][0]["targets"] == ["127.0.0.1:9464"], "otelcol: scrape faultline's default metrics address")
+    # The packet-loss test's readings: both default metric names kept, once a second, to faultline.
+    tcp = cfg["receivers"]["prometheus/node_tcp"]["config"]["scrape_configs"][0]
+    check(tcp["scrape_interval"] == "1s", "otelcol: node_tcp must scrape once a second")
+    keep = re.compile(tcp["metric_relabel_configs"][0]["regex"])
+    for name in ("node_netstat_Tcp_OutSegs", "node_netstat_Tcp_RetransSegs"):
+        check(keep.fullmatch(name), f"otelcol: node_tcp's relabel drops {name}")
+    check(not keep.fullmatch("node_netstat_Tcp_InSegs"), "otelcol: node_tcp keeps more than the two counters")
+    check(cfg["service"]["pipelines"]["metrics/tcp_segments"]["exporters"] == ["otlp/faultline"],
+          "otelcol: metrics/tcp_segments must export to faultline")
+    # The counters reach a target only when the service.name the Collector sets routes to one
+    # in the shipped faultline config (else they are dropped as no_target).
+    named = [a["value"] for a in cfg["processors"]["resource/faultline_target"]["attributes"]
+             if a["key"] == "service.name"]
+    try:
+        import tomllib
+        targets = tomllib.loads((REPO / "config/faultline.toml").read_text()).get("targets", [])
+        services = {s for t in targets for s in t.get("service_names", [])}
+        check(named and named[0] in services,
+              f"otelcol: resource/faultline_target sets service.name {named} that no [[targets]] service_names of config/faultline.toml routes")
+    except ImportError:
+        print("NOTE: tomllib (Python 3.11+) absent: the Collector's service.name was not checked against config/faultline.toml")
 
 
 def grafana_provisioning():

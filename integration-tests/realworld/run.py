@@ -144,8 +144,11 @@ def write_results(path, rows, truths, args, versions, otlp):
         lines += ["## One case through OTLP (OpenTelemetry Python SDK, gRPC, engine in wasmtime)", "",
                   f"`{otlp['case']}`: {otlp['sent']} records sent (each perf line as one log record with "
                   f"`syscall.phase`), {otlp['received']:.0f} received, {otlp['rejected']:.0f} rejected as partial success "
-                  f"(perf's `NR -1` exit records), {otlp['dropped']:.0f} dropped, in {otlp['send_seconds']} s. "
-                  f"On-demand verdict through OTLP: **{otlp['verdict']}** (τ {otlp['impact_factor']}); offline `analyze` of the "
+                  f"(perf's `NR -1` exit records), {otlp['dropped']:.0f} dropped, in {otlp['send_seconds']} s; "
+                  f"{otlp.get('segment_readings', 0)} TCP segment readings as OTLP gauges (node_exporter's names), "
+                  f"{otlp.get('segment_records', 0):.0f} segment records taken. "
+                  f"On-demand verdict through OTLP: **{otlp['verdict']}** (τ {otlp['impact_factor']}, "
+                  f"{otlp.get('subsystem')}, decided by {otlp.get('decided_by')}); offline `analyze` of the "
                   f"same trace: **{otlp['offline_verdict']}** (τ {otlp['offline_impact_factor']}).", ""]
     unhealthy = latency.unhealthy_normal_phases(truths)
     lines += ["## Client-side impact per case", ""]
@@ -303,7 +306,13 @@ def smoke_checks(rows, truths, otlp):
             failures.append(f"{r['case']} (on demand): {r['verdict']}, expected external")
     if otlp is not None:
         # Records the receiver rejects (perf's `NR -1` exits) are answered as partial success.
-        if otlp["received"] + otlp["rejected"] < otlp["sent"] or otlp["dropped"] > 0:
+        # Every TCP segment reading after the first (the reference) makes a segment record,
+        # received like an event and taken by the engine.
+        records = max(0, otlp.get("segment_readings", 0) - 1)
+        if otlp.get("segment_records", 0) < records:
+            failures.append(f"OTLP: {otlp['segment_readings']} TCP segment readings, "
+                            f"{otlp['segment_records']:.0f} segment records taken (expected {records})")
+        if otlp["received"] + otlp["rejected"] < otlp["sent"] + records or otlp["dropped"] > 0:
             failures.append(f"OTLP: sent {otlp['sent']}, received {otlp['received']}, rejected {otlp['rejected']}, "
                             f"dropped {otlp['dropped']}")
         if otlp["verdict"] != otlp["offline_verdict"]:

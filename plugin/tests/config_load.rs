@@ -373,6 +373,53 @@ fn otlp_request_size_limit_is_bounded() {
 }
 
 #[test]
+fn otlp_tcp_segment_metric_names_are_checked() {
+    let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
+    let seg = &cfg.sources.otlp.receiver.tcp_segments;
+    assert!(seg.enabled);
+    assert_eq!(
+        (seg.sent.as_str(), seg.retransmitted.as_str()),
+        ("node_netstat_Tcp_OutSegs", "node_netstat_Tcp_RetransSegs")
+    );
+    for (toml, msg) in [
+        (
+            "sent = \"\"",
+            "sources.otlp.tcp_segments.sent: must name a metric",
+        ),
+        (
+            "retransmitted = \" \"",
+            "sources.otlp.tcp_segments.retransmitted: must name a metric",
+        ),
+        (
+            "sent = \" node_netstat_Tcp_OutSegs\"",
+            "sources.otlp.tcp_segments.sent: \" node_netstat_Tcp_OutSegs\" starts or ends with whitespace",
+        ),
+        (
+            "sent = \"x\"\nretransmitted = \"x\"",
+            "sources.otlp.tcp_segments: sent and retransmitted both name \"x\"",
+        ),
+    ] {
+        let e = err_of(
+            &format!("[sources.otlp.tcp_segments]\n{toml}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(e.starts_with(msg), "{toml}: {e}");
+    }
+    let e = err_of(
+        "[sources.otlp.tcp_segments]\nsend = \"x\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.contains("send"), "{e}");
+    let cfg = load_from_str(
+        Some("[sources.otlp.tcp_segments]\nenabled = false\nsent = \"\"\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert!(!cfg.sources.otlp.receiver.tcp_segments.enabled);
+}
+
+#[test]
 fn otlp_sink_bounds_match_the_prometheus_sink() {
     for (key, bad, msg) in [
         ("max_targets", "0", "must be between 1 and 4096"),

@@ -1,7 +1,8 @@
 //! The OTLP receiver against real clients: the OpenTelemetry Python SDK's gRPC and
 //! HTTP/protobuf exporters (integration-tests/otlp/send_syscalls.py), the Rust tonic
 //! client, hand-written OTLP/JSON as the Collector's `otlphttp` (json) and Vector's
-//! `opentelemetry` sink send it, and Vector-style flat JSON.
+//! `opentelemetry` sink send it, and Vector-style flat JSON; TCP segment counters as
+//! metrics from the SDK and from a real node_exporter (integration-tests/otlp/send_tcp_segments.py).
 //!
 //! Needs: pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc
 //! opentelemetry-exporter-otlp-proto-http (tests that need it skip loudly without it).
@@ -109,14 +110,13 @@ fn python_sdk_available() -> bool {
 /// (pid, tid, syscall, ts, duration, ret) as the script says it sent them.
 type Sent = (u32, u32, SyscallId, u64, u64, i64);
 
-async fn run_client(args: &[&str]) -> BTreeSet<Sent> {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let expect = dir.path().join("sent.jsonl");
+/// Runs a client script with `args`, which writes what it sent to `expect`; it must succeed.
+async fn run_script(script: PathBuf, args: &[&str], expect: &std::path::Path) {
     let out = tokio::process::Command::new("python3")
-        .arg(script())
+        .arg(script)
         .args(args)
         .arg("--expect-out")
-        .arg(&expect)
+        .arg(expect)
         .output()
         .await
         .expect("python3 runs");
@@ -126,6 +126,12 @@ async fn run_client(args: &[&str]) -> BTreeSet<Sent> {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+async fn run_client(args: &[&str]) -> BTreeSet<Sent> {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expect = dir.path().join("sent.jsonl");
+    run_script(script(), args, &expect).await;
     let text = std::fs::read_to_string(&expect).expect("client wrote what it sent");
     text.lines()
         .map(|l| {
@@ -239,6 +245,157 @@ async fn python_sdk_logs_over_grpc_and_http_arrive_intact() {
         assert_eq!(counters.not_syscall(), 3, "non-syscall records are counted");
         assert_eq!(stats.dropped(DropReason::QueueFull), 0);
     }
+}
+
+/// (segments sent, retransmitted) of each reading the script took of the kernel's counters.
+fn readings(path: &std::path::Path) -> Vec<(u64, u64)> {
+    let text = std::fs::read_to_string(path).expect("the script wrote its readings");
+    text.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("json line");
+            let u = |k: &str| v[k].as_u64().expect("number");
+            (u("sent"), u("retransmitted"))
+        })
+        .collect()
+}
+
+/// A listener whose connections make the TCP counters move between readings.
+fn connection_target() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("listener");
+    let target = listener.local_addr().expect("addr").to_string();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    target
+}
+
+/// Runs send_tcp_segments.py against a fresh receiver with `extra` arguments (5 readings
+/// 0.2 s apart, each after a connection to a local listener) and checks that every reading
+/// after the first arrived as one segment record holding exactly the difference of the
+/// counters the script read, routed to the resource's process.
+async fn segment_readings_arrive_as_records(protocol: &str, extra: &[&str]) {
+    let target = connection_target();
+    let mut h = Harness::start(64, 4 << 20).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let expect = dir.path().join("readings.jsonl");
+    let endpoint = if protocol == "grpc" {
+        h.grpc_url()
+    } else {
+        h.http_url()
+    };
+    let mut args = vec![
+        "--endpoint",
+        &endpoint,
+        "--protocol",
+        protocol,
+        "--readings",
+        "5",
+        "--interval",
+        "0.2",
+        "--service",
+        "nginx",
+        "--pid",
+        "4242",
+        "--connect",
+        &target,
+    ];
+    args.extend_from_slice(extra);
+    let script = script().with_file_name("send_tcp_segments.py");
+    run_script(script, &args, &expect).await;
+    let read = readings(&expect);
+    assert!(read.len() >= 5, "{extra:?}: {read:?}");
+    let mut got = Vec::new();
+    for b in &h.drain() {
+        assert_eq!(b.process.service_name.as_deref(), Some("nginx"));
+        assert_eq!(b.process.pid, Some(4242));
+        for e in &b.events {
+            assert_eq!(e.kind, EventKind::TcpSegments, "{extra:?}");
+            got.push((e.ts_ns, e.segments().expect("segments")));
+        }
+    }
+    got.sort();
+    let got: Vec<(u64, u64)> = got.into_iter().map(|(_, s)| s).collect();
+    // The first reading is the reference, for a delta exporter too (whose first point
+    // holds the counters' whole total).
+    let diffs: Vec<(u64, u64)> = read
+        .windows(2)
+        .map(|w| (w[1].0 - w[0].0, w[1].1 - w[0].1))
+        .collect();
+    assert_eq!(got, diffs, "{protocol} {extra:?}: readings {read:?}");
+    assert!(
+        diffs.iter().all(|&(sent, _)| sent > 0),
+        "the connections moved the counters: {diffs:?}"
+    );
+    let c = if protocol == "grpc" {
+        &h.server.grpc_counters
+    } else {
+        &h.server.http_counters
+    };
+    assert_eq!(c.unpaired_segment_points(), 0, "{extra:?}");
+    assert_eq!(c.segment_points(), 2 * read.len() as u64, "{extra:?}");
+}
+
+/// The kernel's real TCP counters, read and exported by the Python SDK's observable
+/// counters (cumulative over HTTP, delta over gRPC), arrive as one segment record per
+/// reading after the first, holding exactly the kernel's differences.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_tcp_segment_counters_become_segment_records() {
+    if !python_sdk_available() {
+        return;
+    }
+    segment_readings_arrive_as_records("http", &["--temporality", "cumulative"]).await;
+    segment_readings_arrive_as_records("grpc", &["--temporality", "delta"]).await;
+}
+
+/// The default metric names are a real node_exporter's: its scrapes, forwarded as the
+/// Collector's prometheus receiver forwards untyped counters (gauges at the scrape's
+/// time), become the same records. Needs `prometheus-node-exporter` (Debian package).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_exporter_tcp_counters_become_segment_records() {
+    if !python_sdk_available() {
+        return;
+    }
+    let Some(bin) = ["prometheus-node-exporter", "node_exporter"]
+        .into_iter()
+        .find(|b| {
+            std::process::Command::new(b)
+                .arg("--version")
+                .output()
+                .is_ok()
+        })
+    else {
+        eprintln!(
+            "SKIPPED: node_exporter not installed (apt-get install prometheus-node-exporter)"
+        );
+        return;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    /// Stops the exporter however the test ends.
+    struct Killed(std::process::Child);
+    impl Drop for Killed {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _exporter = Killed(
+        std::process::Command::new(bin)
+            .arg(format!("--web.listen-address={addr}"))
+            .args(["--collector.disable-defaults", "--collector.netstat"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("node_exporter starts"),
+    );
+    let up = (0..100).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(&addr).is_ok()
+    });
+    assert!(up, "node_exporter did not listen on {addr} within 10 s");
+    let url = format!("http://{addr}/metrics");
+    segment_readings_arrive_as_records("http", &["--node-exporter", &url]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

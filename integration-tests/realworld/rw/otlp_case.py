@@ -3,7 +3,13 @@ an OTLP log record (one half of a call: `syscall.phase`, `syscall.nr`, `thread.i
 record's timestamp), exported by the real OpenTelemetry Python SDK over gRPC to a running
 `faultline run`, which is then asked for the on-demand diagnosis at fault + 10 s. The
 verdict must match the offline `analyze` of the same trace: the accuracy holds for OTLP
-input, not only for perf text."""
+input, not only for perf text.
+
+When the case recorded the server namespace's TCP segments (`tcp.txt`), they follow as
+OTLP metrics, the way node_exporter's counters reach faultline through a Collector:
+running totals in gauges named `node_netstat_Tcp_OutSegs` and `node_netstat_Tcp_RetransSegs`,
+one export per reading, by the SDK's own OTLP metric exporter (the SDK's instruments
+stamp readings with the present time; these carry the recording's)."""
 import json
 import os
 import re
@@ -98,6 +104,55 @@ def send(trace, target, grpc):
     return sent
 
 
+SEGMENTS = re.compile(r"^\s*\S+\s+(\d+)/\d+\s+(\d+)\.(\d+):\s+faultline:tcp_segments:\s+sent=(\d+)\s+retransmitted=(\d+)")
+
+
+def segment_samples(path):
+    """(pid, ts_ns, sent, retransmitted) of every sample of a `tcp.txt`."""
+    with open(path) as f:
+        for line in f:
+            m = SEGMENTS.match(line)
+            if m:
+                pid, s, ns, sent, retr = m.groups()
+                yield int(pid), int(s) * 10**9 + int(ns.ljust(9, "0")[:9]), int(sent), int(retr)
+
+
+def send_segments(path, target, grpc):
+    """Exports the samples as node_exporter's running totals, a reference reading 1 s
+    before the first (the first reading of a series is faultline's reference); returns the
+    number of readings exported."""
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics.export import (Gauge, Metric, MetricExportResult, MetricsData,
+                                                  NumberDataPoint, ResourceMetrics, ScopeMetrics)
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
+    samples = list(segment_samples(path))
+    if not samples:
+        return 0
+    exporter = OTLPMetricExporter(endpoint=f"http://{grpc}", insecure=True)
+    scope = InstrumentationScope("faultline.realworld")
+    pid, first_ts = samples[0][0], samples[0][1]
+    totals = [1_000_000, 1_000]  # an arbitrary start: only differences count
+    readings = [(first_ts - 10**9, *totals)]
+    for _, ts, sent, retr in samples:
+        totals = [totals[0] + sent, totals[1] + retr]
+        readings.append((ts, *totals))
+    resource = Resource.create({"service.name": target, "process.pid": pid})
+    for ts, sent, retr in readings:
+        def gauge(name, value):
+            point = NumberDataPoint(attributes={}, start_time_unix_nano=0, time_unix_nano=ts, value=value)
+            return Metric(name=name, description="", unit="", data=Gauge(data_points=[point]))
+        data = MetricsData(resource_metrics=[ResourceMetrics(resource=resource, schema_url="", scope_metrics=[
+            ScopeMetrics(scope=scope, schema_url="", metrics=[
+                gauge("node_netstat_Tcp_OutSegs", float(sent)),
+                gauge("node_netstat_Tcp_RetransSegs", float(retr))])])])
+        if exporter.export(data) != MetricExportResult.SUCCESS:
+            raise RuntimeError(f"the TCP segment reading at {ts} was not exported")
+    exporter.shutdown()
+    return len(readings)
+
+
 def run(binary, case_dir, truth, alarm_after_s=10.0):
     """Returns the OTLP path's on-demand diagnosis and the event accounting."""
     target = truth["app"]
@@ -105,6 +160,8 @@ def run(binary, case_dir, truth, alarm_after_s=10.0):
     try:
         t0 = time.time()
         sent = send(os.path.join(case_dir, truth["trace_file"]), target, grpc)
+        tcp = os.path.join(case_dir, "tcp.txt")
+        readings = send_segments(tcp, target, grpc) if os.path.exists(tcp) else 0
         took = time.time() - t0
         deadline = time.time() + 60
         while (time.time() < deadline
@@ -113,13 +170,17 @@ def run(binary, case_dir, truth, alarm_after_s=10.0):
         received = metric(metrics, "faultline_events_received_total")
         dropped = metric(metrics, "faultline_events_dropped_total")
         rejected = metric(metrics, "faultline_decode_errors_total")
-        at = int(truth["fault_start_ns"] + alarm_after_s * 1e9)
+        segment_records = metric(metrics, "faultline_engine_segment_records_total")
+        # A control has no fault: its alarm comes where a fault phase would have begun.
+        start = truth["fault_start_ns"] if truth.get("fault_start_ns") is not None else truth["nominal_split_ns"]
+        at = int(start + alarm_after_s * 1e9)
         req = urllib.request.Request(f"http://{metrics}/trigger?target={target}&at_ns={at}", method="POST", data=b"")
         report = json.loads(urllib.request.urlopen(req, timeout=60).read())
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"sent": sent, "received": received, "dropped": dropped, "rejected": rejected, "send_seconds": round(took, 1),
+    return {"sent": sent, "segment_readings": readings, "segment_records": segment_records, "received": received, "dropped": dropped, "rejected": rejected, "send_seconds": round(took, 1),
             "verdict": report.get("verdict"), "impact_factor": report.get("impact_factor"),
             "onset_dispersion_seconds": report.get("onset_dispersion_seconds"),
-            "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]]}
+            "top_syscalls_by_time": [s["syscall"] for s in report.get("top_syscalls_by_time", [])[:3]],
+            "subsystem": report.get("subsystem"), "decided_by": report.get("decided_by")}

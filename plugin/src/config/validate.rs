@@ -163,6 +163,38 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    let seg = &s.otlp.receiver.tcp_segments;
+    if seg.enabled {
+        for (key, name) in [
+            ("sources.otlp.tcp_segments.sent", &seg.sent),
+            (
+                "sources.otlp.tcp_segments.retransmitted",
+                &seg.retransmitted,
+            ),
+        ] {
+            if name.trim().is_empty() {
+                return Err(ConfigError::invalid(
+                    key,
+                    "must name a metric (or set enabled = false)",
+                ));
+            }
+            if name.trim() != name.as_str() {
+                return Err(ConfigError::invalid(
+                    key,
+                    format!("{name:?} starts or ends with whitespace, which no metric name has"),
+                ));
+            }
+        }
+        if seg.sent.eq_ignore_ascii_case(&seg.retransmitted) {
+            return Err(ConfigError::invalid(
+                "sources.otlp.tcp_segments",
+                format!(
+                    "sent and retransmitted both name {:?}: they must differ",
+                    seg.sent
+                ),
+            ));
+        }
+    }
     if s.perf.enabled && perf_targets != 1 {
         return Err(ConfigError::invalid(
             "sources.perf",

@@ -201,7 +201,18 @@ impl EngineTask {
     fn ingest(&mut self, batch: EventBatch) {
         self.quiet_since = Instant::now();
         let stats = self.telemetry.source(batch.source);
-        let target = match self.router.route(&batch.process) {
+        // TCP segment readings alone make no target (the engine counts those of processes
+        // without calls): they must not take a discovered target's slot either.
+        let segments_only = batch
+            .events
+            .iter()
+            .all(|e| e.kind == faultline_engine::EventKind::TcpSegments);
+        let routed = if segments_only {
+            self.router.route_without_discovery(&batch.process)
+        } else {
+            self.router.route(&batch.process)
+        };
+        let target = match routed {
             Ok(t) => t,
             Err(reason) => {
                 stats.add_dropped(reason, batch.events.len() as u64);

@@ -42,6 +42,18 @@ impl Router {
     /// The target of `p`, or why its events are dropped (`no_target` when nothing matches
     /// or the process has no name, `capped` when discovery is full).
     pub fn route(&mut self, p: &ProcessInfo) -> Result<Arc<str>, DropReason> {
+        self.route_with(p, true)
+    }
+
+    /// Like [`Router::route`], but a name not yet discovered stays undiscovered: for
+    /// records that make no target in the engine (TCP segment readings, which come for
+    /// every process of a namespace and from OTLP metric senders), so they never take a
+    /// discovery slot a service with calls would need.
+    pub fn route_without_discovery(&mut self, p: &ProcessInfo) -> Result<Arc<str>, DropReason> {
+        self.route_with(p, false)
+    }
+
+    fn route_with(&mut self, p: &ProcessInfo, discover: bool) -> Result<Arc<str>, DropReason> {
         if !self.targets.is_empty() {
             return self
                 .targets
@@ -60,6 +72,10 @@ impl Router {
         let name = sanitize(raw);
         if let Some(n) = self.discovered.get(name.as_str()) {
             return Ok(n.clone());
+        }
+        if !discover {
+            // The engine counts these records as untargeted (it has no such target).
+            return Ok(Arc::from(name));
         }
         if self.discovered.len() >= self.max_targets {
             return Err(DropReason::Capped);
@@ -148,6 +164,23 @@ mod tests {
         // Known names keep routing after the cap is reached.
         assert_eq!(r.route(&proc("nginx")).as_deref(), Ok("nginx"));
         assert_eq!(r.route(&ProcessInfo::default()), Err(DropReason::NoTarget));
+    }
+
+    #[test]
+    fn records_that_make_no_target_take_no_discovery_slot() {
+        let mut r = Router::new(&[], 1);
+        // Segment readings of a process that made no call: routed by name, not discovered.
+        assert_eq!(
+            r.route_without_discovery(&proc("sshd")).as_deref(),
+            Ok("sshd")
+        );
+        // So the only slot is still free for a service with calls.
+        assert_eq!(r.route(&proc("nginx")).as_deref(), Ok("nginx"));
+        assert_eq!(
+            r.route_without_discovery(&proc("nginx")).as_deref(),
+            Ok("nginx")
+        );
+        assert_eq!(r.route(&proc("sshd")), Err(DropReason::Capped));
     }
 
     #[test]

@@ -6,10 +6,8 @@ use std::hash::{BuildHasher, RandomState};
 
 use faultline_engine::SyscallEvent;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
-use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 
 use super::attributes::{AttrValue, Attrs, Layered, OtlpAttributeNames};
@@ -27,8 +25,16 @@ pub(crate) struct Decoded {
     pub rejected: u64,
     /// Records that are not syscall telemetry (dropped, counted).
     pub not_syscall: u64,
-    /// Metric data points received; faultline does not use them (see docs/otlp-mapping.md).
+    /// Metric data points received that faultline does not use (see docs/otlp-mapping.md).
     pub unused_metric_points: u64,
+    /// TCP segment metric points taken (see `segment_metrics`).
+    pub segment_points: u64,
+    /// Of those, halves of a reading whose other half never came (lost).
+    pub unpaired_segment_points: u64,
+    /// Segment series forgotten to make room for new ones.
+    pub forgotten_segment_series: u64,
+    /// Segment readings taken as a new reference after a gap too long for one record.
+    pub segment_gaps: u64,
     /// The first rejection, for `partial_success.error_message`.
     pub first_error: Option<String>,
 }
@@ -45,9 +51,9 @@ impl Decoded {
     pub fn error_message(&self) -> String {
         match &self.first_error {
             Some(e) if self.rejected > 1 => {
-                format!("{} syscall records rejected; first: {e}", self.rejected)
+                format!("{} records rejected; first: {e}", self.rejected)
             }
-            Some(e) => format!("1 syscall record rejected: {e}"),
+            Some(e) => format!("1 record rejected: {e}"),
             None => String::new(),
         }
     }
@@ -112,6 +118,27 @@ impl Grouper {
 
     pub fn add_unused_metric_points(&mut self, n: u64) {
         self.out.unused_metric_points += n;
+    }
+
+    pub fn add_segment_points(&mut self, n: u64) {
+        self.out.segment_points += n;
+    }
+
+    pub fn add_unpaired_segment_points(&mut self, n: u64) {
+        self.out.unpaired_segment_points += n;
+    }
+
+    pub fn add_forgotten_segment_series(&mut self, n: u64) {
+        self.out.forgotten_segment_series += n;
+    }
+
+    pub fn add_segment_gaps(&mut self, n: u64) {
+        self.out.segment_gaps += n;
+    }
+
+    /// Routes an event made from something other than one record (a metric reading).
+    pub fn add_event(&mut self, process: &ProcessInfo, ev: SyscallEvent) {
+        self.push(process, ev);
     }
 
     fn push(&mut self, process: &ProcessInfo, ev: SyscallEvent) {
@@ -274,28 +301,6 @@ pub(crate) fn traces(
             g.add(&process, map_record(names, &attrs, t, Some(&span.name)));
         }
     }
-    g.finish()
-}
-
-/// Metrics carry per-interval values, not per-call ones, so they cannot be attached to
-/// syscall events: accepted (so pipelines that fan out all signals keep working) and counted.
-pub(crate) fn metrics(source: &'static str, req: &ExportMetricsServiceRequest) -> Decoded {
-    let mut g = Grouper::new(source);
-    let points: usize = req
-        .resource_metrics
-        .iter()
-        .flat_map(|r| r.scope_metrics.iter())
-        .flat_map(|s| s.metrics.iter())
-        .map(|m| match &m.data {
-            Some(Data::Gauge(d)) => d.data_points.len(),
-            Some(Data::Sum(d)) => d.data_points.len(),
-            Some(Data::Histogram(d)) => d.data_points.len(),
-            Some(Data::ExponentialHistogram(d)) => d.data_points.len(),
-            Some(Data::Summary(d)) => d.data_points.len(),
-            None => 0,
-        })
-        .sum();
-    g.add_unused_metric_points(points as u64);
     g.finish()
 }
 

@@ -15,8 +15,14 @@ use crate::pipeline::warn_limit::WarnLimit;
 pub struct OtlpCounters {
     not_syscall: AtomicU64,
     unused_metric_points: AtomicU64,
+    segment_points: AtomicU64,
+    unpaired_segment_points: AtomicU64,
+    forgotten_segment_series: AtomicU64,
+    segment_gaps: AtomicU64,
     /// Warnings about requests larger than the engine queue (one per minute at most).
     oversized: Mutex<Option<WarnLimit>>,
+    /// Warnings about segment readings that lost a half (one per minute at most).
+    unpaired: Mutex<Option<WarnLimit>>,
 }
 
 impl OtlpCounters {
@@ -27,6 +33,23 @@ impl OtlpCounters {
     /// Metric data points received and ignored (see docs/otlp-mapping.md).
     pub fn unused_metric_points(&self) -> u64 {
         self.unused_metric_points.load(Ordering::Relaxed)
+    }
+    /// TCP segment metric points taken (each half of a reading counts).
+    pub fn segment_points(&self) -> u64 {
+        self.segment_points.load(Ordering::Relaxed)
+    }
+    /// Halves of a segment reading whose other half never came: that sample is lost.
+    pub fn unpaired_segment_points(&self) -> u64 {
+        self.unpaired_segment_points.load(Ordering::Relaxed)
+    }
+    /// Segment series forgotten to keep at most `segment_metrics::MAX_SERIES`.
+    pub fn forgotten_segment_series(&self) -> u64 {
+        self.forgotten_segment_series.load(Ordering::Relaxed)
+    }
+    /// Segment readings taken as a new reference after a gap longer than
+    /// `segment_metrics::MAX_READING_GAP_NS` (too sparse a cadence shows here).
+    pub fn segment_gaps(&self) -> u64 {
+        self.segment_gaps.load(Ordering::Relaxed)
     }
 }
 
@@ -61,6 +84,22 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
     counters
         .unused_metric_points
         .fetch_add(decoded.unused_metric_points, Ordering::Relaxed);
+    for (c, n) in [
+        (&counters.segment_points, decoded.segment_points),
+        (
+            &counters.unpaired_segment_points,
+            decoded.unpaired_segment_points,
+        ),
+        (
+            &counters.forgotten_segment_series,
+            decoded.forgotten_segment_series,
+        ),
+    ] {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+    if decoded.unpaired_segment_points > 0 {
+        warn_unpaired(counters, decoded.unpaired_segment_points);
+    }
     let message = decoded.error_message();
     let batches = decoded.batches.len();
     if batches > sender.capacity() {
@@ -94,6 +133,22 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
         },
         Err(SendError::Full) => Delivery::QueueFull,
         Err(SendError::Closed) => Delivery::Closed,
+    }
+}
+
+/// Logs, at most once a minute, that segment readings came without their other half.
+fn warn_unpaired(counters: &OtlpCounters, points: u64) {
+    let mut limit = counters.unpaired.lock().unwrap_or_else(|p| p.into_inner());
+    let limit = limit.get_or_insert_with(|| WarnLimit::new(Duration::from_secs(60)));
+    if let Some(suppressed) = limit.occurred(Instant::now()) {
+        tracing::warn!(
+            points,
+            suppressed,
+            tolerance_ms = super::segment_metrics::PAIR_TOLERANCE_NS / 1_000_000,
+            "TCP segment metric points came without their other half (sent and retransmitted \
+             of one reading need the same series and times at most tolerance_ms apart): those \
+             samples are lost to the packet-loss test; send both metrics in each export"
+        );
     }
 }
 

@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 use super::attributes::OtlpAttributeNames;
 use super::convert::{self, Decoded};
 use super::deliver::{deliver, Delivery, OtlpCounters};
+use super::segment_metrics::{self, SegmentTracker};
 use crate::pipeline::queue::BatchSender;
 
 /// Everything a front end needs to accept requests for one source name.
@@ -24,6 +25,8 @@ pub(crate) struct Ingest {
     pub sender: BatchSender,
     pub names: Arc<OtlpAttributeNames>,
     pub counters: Arc<OtlpCounters>,
+    /// The TCP segment metrics' last readings (shared by both listeners).
+    pub segments: Arc<SegmentTracker>,
     /// Requests being read or decoded at once; bodies are buffered whole, so this bounds
     /// the receiver's memory at about `in_flight × max_request_bytes` (×2 while decoding).
     pub in_flight: Arc<tokio::sync::Semaphore>,
@@ -43,7 +46,11 @@ impl Ingest {
     }
 
     fn run<R>(&self, decoded: Decoded, ok: impl FnOnce(i64, String) -> R) -> Outcome<R> {
-        match deliver(&self.sender, &self.counters, decoded) {
+        Self::respond(deliver(&self.sender, &self.counters, decoded), ok)
+    }
+
+    fn respond<R>(delivered: Delivery, ok: impl FnOnce(i64, String) -> R) -> Outcome<R> {
+        match delivered {
             Delivery::Accepted { rejected, message } => {
                 Ok(ok(i64::try_from(rejected).unwrap_or(i64::MAX), message))
             }
@@ -81,16 +88,27 @@ impl Ingest {
         })
     }
 
+    /// Metrics: decoded, queued and, when refused, rolled back under the segment tracker's
+    /// lock, so a retried request finds the series as the refused one did.
     pub fn metrics(
         &self,
         req: &ExportMetricsServiceRequest,
     ) -> Outcome<ExportMetricsServiceResponse> {
-        let d = convert::metrics(self.source(), req);
-        self.run(d, |rejected, message| ExportMetricsServiceResponse {
-            partial_success: (rejected > 0).then_some(ExportMetricsPartialSuccess {
-                rejected_data_points: rejected,
-                error_message: message,
-            }),
+        let mut state = self.segments.lock();
+        let (d, undo) =
+            segment_metrics::metrics(self.source(), &self.names, &self.segments, &mut state, req);
+        let delivered = deliver(&self.sender, &self.counters, d);
+        if !matches!(delivered, Delivery::Accepted { .. }) {
+            state.restore(undo);
+        }
+        drop(state);
+        Self::respond(delivered, |rejected, message| {
+            ExportMetricsServiceResponse {
+                partial_success: (rejected > 0).then_some(ExportMetricsPartialSuccess {
+                    rejected_data_points: rejected,
+                    error_message: message,
+                }),
+            }
         })
     }
 

@@ -14,6 +14,7 @@ pub mod http;
 mod ingest;
 mod logs_wire;
 mod record;
+pub mod segment_metrics;
 mod signal;
 mod wire;
 
@@ -29,6 +30,7 @@ use tokio::task::JoinHandle;
 pub use attributes::OtlpAttributeNames;
 pub use deliver::OtlpCounters;
 pub use http::FLAT_JSON_PATH;
+pub use segment_metrics::SegmentMetricNames;
 
 use crate::pipeline::queue::BatchSender;
 
@@ -52,6 +54,8 @@ pub struct OtlpSourceConfig {
     /// Largest accepted request (after decompression for HTTP) in bytes.
     pub max_request_bytes: usize,
     pub attributes: OtlpAttributeNames,
+    /// Metrics that carry the TCP segments a network namespace sent and retransmitted.
+    pub tcp_segments: SegmentMetricNames,
 }
 
 impl Default for OtlpSourceConfig {
@@ -61,6 +65,7 @@ impl Default for OtlpSourceConfig {
             http: Some("127.0.0.1:4318".into()),
             max_request_bytes: 4 * 1024 * 1024,
             attributes: OtlpAttributeNames::default(),
+            tcp_segments: SegmentMetricNames::default(),
         }
     }
 }
@@ -155,6 +160,9 @@ pub async fn start(
         }
     };
     let names = Arc::new(cfg.attributes.clone());
+    let segments = Arc::new(segment_metrics::SegmentTracker::new(
+        cfg.tcp_segments.clone(),
+    ));
     let max = cfg.max_request_bytes.max(1);
     let grpc_counters = Arc::new(OtlpCounters::default());
     let http_counters = Arc::new(OtlpCounters::default());
@@ -166,6 +174,7 @@ pub async fn start(
             sender: grpc_sender,
             names: names.clone(),
             counters: grpc_counters.clone(),
+            segments: segments.clone(),
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_REQUESTS)),
         };
         let until = until_stopped();
@@ -182,6 +191,7 @@ pub async fn start(
             sender: http_sender,
             names,
             counters: http_counters.clone(),
+            segments,
             in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT_REQUESTS)),
         };
         let until = until_stopped();
