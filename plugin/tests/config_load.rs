@@ -373,6 +373,31 @@ fn otlp_request_size_limit_is_bounded() {
 }
 
 #[test]
+fn reorder_wait_is_bounded() {
+    let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
+    assert_eq!(cfg.pipeline.reorder_seconds, 30.0);
+    for bad in ["-1.0", "300.5", "nan", "inf"] {
+        let e = err_of(
+            &format!("[pipeline]\nreorder_seconds = {bad}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with("pipeline.reorder_seconds: must be between 0 (off) and 300 seconds"),
+            "{bad}: {e}"
+        );
+    }
+    for good in [0.0, 300.0] {
+        let cfg = load_from_str(
+            Some(&format!("[pipeline]\nreorder_seconds = {good:?}\n")),
+            ConfigFormat::Toml,
+            no_env(),
+        )
+        .unwrap();
+        assert_eq!(cfg.pipeline.reorder_seconds, good);
+    }
+}
+
+#[test]
 fn otlp_tcp_segment_metric_names_are_checked() {
     let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
     let seg = &cfg.sources.otlp.receiver.tcp_segments;

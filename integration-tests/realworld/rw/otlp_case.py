@@ -83,17 +83,23 @@ def send(trace, target, grpc):
     from opentelemetry.sdk.resources import Resource
 
     providers, loggers, sent = {}, {}, 0
+    # FL_OTLP_ONE_PROVIDER=1: one provider for every process (the pid a record attribute),
+    # so requests follow the trace's time order across processes (an experiment knob).
+    one = os.environ.get("FL_OTLP_ONE_PROVIDER") == "1"
     for pid, tid, ts, phase, nr, ret in records(trace):
-        logger = loggers.get(pid)
+        logger = loggers.get(0 if one else pid)
         if logger is None:
-            provider = LoggerProvider(resource=Resource.create({"service.name": target, "process.pid": pid}))
+            res = {"service.name": target} if one else {"service.name": target, "process.pid": pid}
+            provider = LoggerProvider(resource=Resource.create(res))
             # A queue large enough that the SDK never drops (it drops silently when full).
             provider.add_log_record_processor(BatchLogRecordProcessor(
                 OTLPLogExporter(endpoint=f"http://{grpc}", insecure=True),
                 max_queue_size=1 << 20, max_export_batch_size=2048, schedule_delay_millis=200))
-            providers[pid], logger = provider, provider.get_logger("faultline.realworld")
-            loggers[pid] = logger
+            providers[0 if one else pid], logger = provider, provider.get_logger("faultline.realworld")
+            loggers[0 if one else pid] = logger
         attrs = {"thread.id": tid, "syscall.nr": nr, "syscall.phase": phase}
+        if one:
+            attrs["process.pid"] = pid
         if ret is not None:
             attrs["syscall.ret"] = int(ret)
         logger.emit(LogRecord(timestamp=ts, attributes=attrs))

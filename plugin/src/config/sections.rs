@@ -29,6 +29,12 @@ pub struct PipelineConfig {
     /// has its clock moved on by the time that passed, so it is still reported on
     /// (a frozen or hung service sends nothing); 0 turns it off.
     pub silent_after_seconds: f64,
+    /// A target's OTLP batches wait until every process of it that sent in the last 10 s
+    /// has sent past them, and go to the engine in time order: each process's SDK exports
+    /// on its own schedule, and records of one target out of order across processes raise
+    /// false verdicts. No process is waited for longer than this (event time) behind the
+    /// target's newest record; 0 feeds OTLP batches as they come.
+    pub reorder_seconds: f64,
 }
 
 impl Default for PipelineConfig {
@@ -39,6 +45,7 @@ impl Default for PipelineConfig {
             shutdown_timeout_seconds: 10.0,
             trigger_wait_seconds: 10.0,
             silent_after_seconds: 20.0,
+            reorder_seconds: 30.0,
         }
     }
 }

@@ -124,6 +124,13 @@ fn pipeline(cfg: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    let lag = p.reorder_seconds;
+    if !(lag.is_finite() && (0.0..=MAX_REORDER_SECONDS).contains(&lag)) {
+        return Err(ConfigError::invalid(
+            "pipeline.reorder_seconds",
+            format!("must be between 0 (off) and {MAX_REORDER_SECONDS} seconds, got {lag}"),
+        ));
+    }
     // Records still in flight when a silent target's clock moves on arrive behind it:
     // the silence must be well past a live source's delivery delay (about 2 s).
     let silent = p.silent_after_seconds;
@@ -137,6 +144,10 @@ fn pipeline(cfg: &Config) -> Result<(), ConfigError> {
     }
     Ok(())
 }
+
+/// The longest `pipeline.reorder_seconds`: a lagging process holds its target's reports
+/// back that long (what waits is bounded by `pipeline::reorder::MAX_HELD_EVENTS`).
+const MAX_REORDER_SECONDS: f64 = 300.0;
 
 /// The shortest `pipeline.silent_after_seconds`: a few times a live source's delay.
 const MIN_SILENT_AFTER: f64 = 5.0;

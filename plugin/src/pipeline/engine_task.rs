@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 
 use super::process_state;
 use super::queue::BatchReceiver;
+use super::reorder::Reorder;
 use super::report_sink::{ReportSink, SinkError};
 use super::router::Router;
 use super::silence::{self, SilenceWatch};
@@ -76,6 +77,12 @@ pub struct EngineTask {
     silence_checked: Instant,
     /// The last batch, or idle collection: the next idle collection is `idle` after it.
     quiet_since: Instant,
+    /// Puts OTLP batches of a target back in time order (off unless configured).
+    reorder: Reorder,
+    reorder_warnings: WarnLimit,
+    reorder_checked: Instant,
+    /// OTLP records fed older than one fed before them (came too late to be ordered).
+    reorder_late: u64,
 }
 
 enum Wake {
@@ -122,7 +129,19 @@ impl EngineTask {
             silence: None,
             silence_checked: Instant::now(),
             quiet_since: Instant::now(),
+            reorder: Reorder::new(0.0),
+            reorder_warnings: WarnLimit::new(Duration::from_secs(60)),
+            reorder_checked: Instant::now(),
+            reorder_late: 0,
         })
+    }
+
+    /// Holds a target's OTLP batches until every active process of it sent past them (at
+    /// most `max_lag_seconds` of event time) and feeds them in time order (see
+    /// [`super::reorder`]); 0 feeds them as they come.
+    pub fn with_reorder(mut self, max_lag_seconds: f64) -> Self {
+        self.reorder = Reorder::new(max_lag_seconds);
+        self
     }
 
     /// Keeps reporting on targets that fall silent (see [`super::silence`]): only for
@@ -154,8 +173,9 @@ impl EngineTask {
             let mut idle = self.triggers.next_deadline().map_or(self.idle, |d| {
                 self.idle.min(d.saturating_duration_since(Instant::now()))
             });
-            if self.silence.is_some() {
-                // Woken for the silence check too; the idle collection keeps its pace.
+            if self.silence.is_some() || self.reorder.held() > 0 {
+                // Woken for the silence check too, and to release what quiet processes
+                // held back; the idle collection keeps its pace.
                 idle = idle.min(silence::CHECK_EVERY);
             }
             let wake = handle.block_on(async {
@@ -178,10 +198,15 @@ impl EngineTask {
                         commands_open = self.pending_commands(&mut commands);
                     }
                 }
-                Wake::Batch(None) => break,
+                Wake::Batch(None) => {
+                    self.flush_held();
+                    break;
+                }
                 Wake::Command(Some(c)) => self.command(c, false),
                 Wake::Command(None) => commands_open = false,
                 Wake::Idle => {
+                    // Processes that went quiet hold nothing back any more.
+                    self.release_quiet();
                     self.answer_due();
                     if self.quiet_since.elapsed() >= self.idle {
                         self.on_idle();
@@ -219,15 +244,110 @@ impl EngineTask {
                 return;
             }
         };
+        if self.reorder.applies(batch.source) {
+            let overflows = self.reorder.overflows;
+            let key = super::reorder::process_key(&batch.process);
+            let now = Instant::now();
+            let due = self
+                .reorder
+                .push(&target, batch.source, key, batch.events, now);
+            if self.reorder.overflows > overflows {
+                self.warn_reorder_overflow();
+            }
+            self.reorder_late += self.reorder.take_late();
+            for (t, (source, chunks)) in due {
+                self.feed_held(&t, source, chunks);
+            }
+        } else {
+            // Records of another source of the same target come after the ones held (TCP
+            // segment readings move no clock: they need not).
+            if !segments_only {
+                self.flush_target(&target);
+            }
+            self.feed(&target, batch);
+        }
+        self.release_quiet();
+        // A trigger waits for the records fed: held ones are fed once every active process
+        // of the target sent past them, so a trigger answered on time sees every record up
+        // to its alarm in order.
+        if !self.triggers.is_empty() {
+            self.answer_due();
+        }
+    }
+
+    /// Feeds, at most once a second, what processes that went quiet no longer hold back
+    /// (targets that get no batch would otherwise wait for the idle collection, which a
+    /// busy queue never reaches).
+    fn release_quiet(&mut self) {
+        if self.reorder.held() == 0 || self.reorder_checked.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        self.reorder_checked = Instant::now();
+        for (target, (source, due)) in self.reorder.release_quiet(Instant::now()) {
+            self.feed_held(&target, source, due);
+            self.reorder_late += self.reorder.take_late();
+        }
+    }
+
+    /// Feeds what the reorder stage still holds for every target.
+    fn flush_held(&mut self) {
+        for (target, (source, due)) in self.reorder.flush_all() {
+            self.feed_held(&target, source, due);
+        }
+    }
+
+    /// Feeds what the reorder stage holds for `target`.
+    fn flush_target(&mut self, target: &Arc<str>) {
+        let (source, due) = self.reorder.flush(target);
+        self.feed_held(target, source, due);
+    }
+
+    /// Feeds released records. Their batches' process info is not kept: it only matters
+    /// to the silence watch, which OTLP sources do not use.
+    fn feed_held(
+        &mut self,
+        target: &Arc<str>,
+        source: &'static str,
+        due: Vec<Vec<faultline_engine::SyscallEvent>>,
+    ) {
+        for events in due {
+            let process = crate::model::ProcessInfo::default();
+            self.feed(
+                target,
+                EventBatch {
+                    source,
+                    process,
+                    events,
+                },
+            );
+        }
+    }
+
+    fn warn_reorder_overflow(&mut self) {
+        if let Some(suppressed) = self.reorder_warnings.occurred(Instant::now()) {
+            tracing::warn!(
+                cap = super::reorder::MAX_HELD_EVENTS,
+                overflows = self.reorder.overflows,
+                suppressed,
+                "the OTLP reorder stage is full: the oldest records of the target holding \
+                 most were fed before every process sent past them (their order across \
+                 processes may be off); lower [pipeline] reorder_seconds or send less"
+            );
+        }
+    }
+
+    /// Hands one batch of a routed target to the engine and publishes what it reports.
+    fn feed(&mut self, target: &Arc<str>, batch: EventBatch) {
+        let stats = self.telemetry.source(batch.source);
         self.summary.batches += 1;
         self.summary.events += batch.events.len() as u64;
         let started = Instant::now();
-        let ingested = self.engine.ingest(&target, &batch.events);
+        let ingested = self.engine.ingest(target, &batch.events);
         let result = match ingested {
             Ok(()) => {
                 if let Some(w) = &mut self.silence {
                     let pid = batch.process.pid;
-                    w.observe(&target, batch.source, pid, &batch.events, Instant::now());
+                    w.observe(target, batch.source, pid, &batch.events, Instant::now());
                 }
                 Some(self.engine.take_reports())
             }
@@ -244,10 +364,7 @@ impl EngineTask {
             Some(Err(e)) => self.engine_error(&e),
             None => {}
         }
-        self.triggers.observe(&target, &batch.events);
-        if !self.triggers.is_empty() {
-            self.answer_due();
-        }
+        self.triggers.observe(target, &batch.events);
     }
 
     /// Handles up to [`COMMANDS_PER_BATCH`] commands already queued, without waiting;
@@ -287,6 +404,13 @@ impl EngineTask {
     }
 
     fn answer(&mut self, w: Waiting) {
+        // A trigger whose wait ran out still gets every record up to its alarm that
+        // reached faultline (held ones later than those may then come out of order).
+        if self.reorder.held() > 0 {
+            let (source, due) = self.reorder.flush_until(&w.target, w.at_ns);
+            let target: Arc<str> = Arc::from(w.target.as_str());
+            self.feed_held(&target, source, due);
+        }
         let started = Instant::now();
         let result = self.engine.trigger(&w.target, w.at_ns);
         self.observe(started);
@@ -401,10 +525,13 @@ impl EngineTask {
 
     fn shutdown(&mut self) {
         self.collect(|engine| engine.finish());
+        self.reorder_late += self.reorder.take_late();
         tracing::info!(
             batches = self.summary.batches,
             events = self.summary.events,
             reports = self.summary.reports,
+            otlp_records_out_of_order = self.reorder_late,
+            reorder_overflows = self.reorder.overflows,
             "engine finished"
         );
     }
@@ -933,5 +1060,109 @@ mod tests {
         drop(tx);
         drop(cmd_tx);
         thread.join().expect("engine thread");
+    }
+
+    /// `batch`'s records, as one process of an OTLP-fed service sends them.
+    fn otlp(pid: u32, from_s: u64, to_s: u64) -> EventBatch {
+        let mut b = batch(pid, from_s, to_s);
+        b.source = crate::sources::otlp::GRPC_SOURCE;
+        b.process.pid = Some(pid);
+        for e in &mut b.events {
+            e.pid = pid;
+            e.ts_ns += u64::from(pid);
+        }
+        b
+    }
+
+    #[test]
+    fn otlp_batches_of_two_processes_reach_the_engine_in_time_order() {
+        let rt = runtime();
+        let engine = crate::pipeline::test_support::Recording::default();
+        let (fed, at_trigger) = (engine.fed.clone(), engine.at_trigger.clone());
+        let task = task_with(
+            Box::new(engine),
+            Vec::new(),
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(1),
+        )
+        .with_reorder(30.0);
+        let (tx, rx) = queue::bounded(32);
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        // Each process exports a second at a time, process 1's queue a second ahead of
+        // process 2's (each SDK on its own schedule).
+        // Each announces itself with its first record before the rest of its first
+        // second: a process's first batch cannot be waited for before it exists.
+        let head = |mut b: EventBatch| {
+            let tail = b.events.split_off(1);
+            let rest = EventBatch {
+                events: tail,
+                ..b.clone()
+            };
+            (b, rest)
+        };
+        let (a, a_rest) = head(otlp(1, 0, 1));
+        let (b, b_rest) = head(otlp(2, 0, 1));
+        let mut batches = vec![a, b, a_rest, otlp(1, 1, 2), b_rest];
+        for k in 2..12 {
+            batches.push(otlp(1, k, k + 1));
+            batches.push(otlp(2, k - 1, k));
+        }
+        batches.push(otlp(2, 11, 12));
+        for b in batches {
+            rt.block_on(tx.send(b)).expect("queue open");
+        }
+        let (reply, answer) = oneshot::channel();
+        // The data reached the alarm: answered at once, with every record it holds fed.
+        rt.block_on(cmd_tx.send(EngineCommand::Trigger {
+            target: "db".into(),
+            at_ns: 6 * SECOND,
+            reply,
+        }))
+        .expect("command queue open");
+        drop(tx);
+        drop(cmd_tx);
+        let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+        let fed = fed.lock().expect("lock").clone();
+        assert_eq!(fed.len(), 2 * 1_200, "every record fed once");
+        assert_eq!(summary.events, 2 * 1_200);
+        assert!(
+            fed.windows(2).all(|w| w[0] <= w[1]),
+            "fed in time order across the processes"
+        );
+        // Answered once the records fed reached the alarm (the newest received 3 s past
+        // it): everything up to the alarm, nothing held back.
+        let seen = at_trigger.load(Ordering::Relaxed) as usize;
+        let up_to_alarm = fed.iter().filter(|&&t| t <= 6 * SECOND).count();
+        assert!(
+            seen >= up_to_alarm && seen < fed.len(),
+            "{seen} records at the trigger"
+        );
+        assert!(matches!(rt.block_on(answer), Ok(Ok(None))));
+    }
+
+    #[test]
+    fn without_the_reorder_stage_otlp_batches_go_as_they_come() {
+        let rt = runtime();
+        let engine = crate::pipeline::test_support::Recording::default();
+        let fed = engine.fed.clone();
+        let task = task_with(
+            Box::new(engine),
+            Vec::new(),
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(1),
+        );
+        let (tx, rx) = queue::bounded(16);
+        let (_cmd_tx, cmd_rx) = mpsc::channel(4);
+        for b in [otlp(1, 0, 5), otlp(2, 0, 5)] {
+            rt.block_on(tx.send(b)).expect("queue open");
+        }
+        drop(tx);
+        task.run(rt.handle().clone(), rx, cmd_rx);
+        let fed = fed.lock().expect("lock").clone();
+        assert_eq!(fed.len(), 1_000);
+        assert!(
+            fed.windows(2).any(|w| w[0] > w[1]),
+            "the second process's batch goes back in time"
+        );
     }
 }

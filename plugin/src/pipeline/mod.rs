@@ -4,6 +4,7 @@ pub mod engine_task;
 pub mod latest;
 pub mod process_state;
 pub mod queue;
+pub mod reorder;
 pub mod report_sink;
 pub mod router;
 pub mod runner;

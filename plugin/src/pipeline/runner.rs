@@ -142,7 +142,8 @@ pub async fn run(
         idle,
         Duration::from_secs_f64(cfg.pipeline.trigger_wait_seconds),
     )
-    .map_err(|e| RunError::Engine(e.to_string()))?;
+    .map_err(|e| RunError::Engine(e.to_string()))?
+    .with_reorder(cfg.pipeline.reorder_seconds);
     let task = match silence_watch(&cfg) {
         Some(w) => task.with_silence_watch(w),
         None => task,

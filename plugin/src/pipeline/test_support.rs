@@ -1,5 +1,8 @@
 //! Test doubles for the pipeline's tests.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
 use faultline_engine::report::{Calibration, EngineCounters};
 use faultline_engine::{Params, Report, Stillness, SyscallEvent};
 
@@ -20,6 +23,51 @@ impl EngineHost for FailingIngest {
         Err(HostError::Encode("refused by the test double".into()))
     }
     fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
+        Ok(None)
+    }
+    fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
+        Ok(Vec::new())
+    }
+    fn finish(&mut self) -> Result<Vec<Report>, HostError> {
+        Ok(Vec::new())
+    }
+    fn calibrate(&mut self, _: &str, _: Option<u64>) -> Result<Option<Calibration>, HostError> {
+        Ok(None)
+    }
+    fn counters(&mut self) -> Result<EngineCounters, HostError> {
+        Ok(EngineCounters::default())
+    }
+    fn state_bytes(&mut self) -> Result<usize, HostError> {
+        Ok(0)
+    }
+}
+
+/// An engine that records the times of the records it is fed, in order, and how many it
+/// had been fed when a trigger reached it.
+#[derive(Default)]
+pub(crate) struct Recording {
+    pub fed: Arc<Mutex<Vec<u64>>>,
+    pub at_trigger: Arc<AtomicU64>,
+}
+
+impl EngineHost for Recording {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Native
+    }
+    fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
+        Ok(())
+    }
+    fn ingest(&mut self, _: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
+        let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
+        fed.extend(events.iter().map(|e| e.ts_ns));
+        Ok(())
+    }
+    fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
+        let n = self.fed.lock().unwrap_or_else(|p| p.into_inner()).len() as u64;
+        self.at_trigger.store(n, Ordering::Relaxed);
         Ok(None)
     }
     fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
