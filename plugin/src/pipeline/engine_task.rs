@@ -207,6 +207,7 @@ impl EngineTask {
                 Wake::Idle => {
                     // Processes that went quiet hold nothing back any more.
                     self.release_quiet();
+                    self.publish_reorder();
                     self.answer_due();
                     if self.quiet_since.elapsed() >= self.idle {
                         self.on_idle();
@@ -267,6 +268,7 @@ impl EngineTask {
             self.feed(&target, batch);
         }
         self.release_quiet();
+        self.publish_reorder();
         // A trigger waits for the records fed: held ones are fed once every active process
         // of the target sent past them, so a trigger answered on time sees every record up
         // to its alarm in order.
@@ -287,6 +289,16 @@ impl EngineTask {
             self.feed_held(&target, source, due);
             self.reorder_late += self.reorder.take_late();
         }
+    }
+
+    /// Shows the reorder stage's state in the telemetry (three atomic stores).
+    fn publish_reorder(&mut self) {
+        self.reorder_late += self.reorder.take_late();
+        self.telemetry.set_reorder(
+            self.reorder.held() as u64,
+            self.reorder_late,
+            self.reorder.overflows,
+        );
     }
 
     /// Feeds what the reorder stage still holds for every target.
@@ -525,7 +537,7 @@ impl EngineTask {
 
     fn shutdown(&mut self) {
         self.collect(|engine| engine.finish());
-        self.reorder_late += self.reorder.take_late();
+        self.publish_reorder();
         tracing::info!(
             batches = self.summary.batches,
             events = self.summary.events,
@@ -1079,10 +1091,11 @@ mod tests {
         let rt = runtime();
         let engine = crate::pipeline::test_support::Recording::default();
         let (fed, at_trigger) = (engine.fed.clone(), engine.at_trigger.clone());
+        let telemetry = Arc::new(Telemetry::default());
         let task = task_with(
             Box::new(engine),
             Vec::new(),
-            Arc::new(Telemetry::default()),
+            telemetry.clone(),
             Duration::from_secs(1),
         )
         .with_reorder(30.0);
@@ -1138,6 +1151,11 @@ mod tests {
             "{seen} records at the trigger"
         );
         assert!(matches!(rt.block_on(answer), Ok(Ok(None))));
+        assert_eq!(
+            telemetry.reorder(),
+            (0, 0, 0),
+            "nothing left held or fed late"
+        );
     }
 
     #[test]
@@ -1160,6 +1178,7 @@ mod tests {
         task.run(rt.handle().clone(), rx, cmd_rx);
         let fed = fed.lock().expect("lock").clone();
         assert_eq!(fed.len(), 1_000);
+        // Off: nothing held, nothing counted.
         assert!(
             fed.windows(2).any(|w| w[0] > w[1]),
             "the second process's batch goes back in time"

@@ -178,6 +178,11 @@ pub struct Telemetry {
     /// `sinks::otlp_redelivery`), and those it gave up on.
     otlp_verdicts_pending: AtomicU64,
     otlp_verdicts_lost: AtomicU64,
+    /// The OTLP reorder stage (see `pipeline::reorder`): records waiting, records fed
+    /// out of order, cap overflows.
+    reorder_held: AtomicU64,
+    reorder_late: AtomicU64,
+    reorder_overflows: AtomicU64,
     /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
     /// Live captures, each once started.
@@ -246,6 +251,20 @@ impl Telemetry {
     }
     pub fn otlp_verdicts_lost(&self) -> u64 {
         self.otlp_verdicts_lost.load(Ordering::Relaxed)
+    }
+    /// The reorder stage's state: records held now, and the totals so far.
+    pub fn set_reorder(&self, held: u64, late: u64, overflows: u64) {
+        self.reorder_held.store(held, Ordering::Relaxed);
+        self.reorder_late.store(late, Ordering::Relaxed);
+        self.reorder_overflows.store(overflows, Ordering::Relaxed);
+    }
+    /// (held, fed out of order, overflows) of the reorder stage.
+    pub fn reorder(&self) -> (u64, u64, u64) {
+        (
+            self.reorder_held.load(Ordering::Relaxed),
+            self.reorder_late.load(Ordering::Relaxed),
+            self.reorder_overflows.load(Ordering::Relaxed),
+        )
     }
     /// Makes `sink`'s error counter exist at 0, so an alert on its rate has a series to
     /// watch before the first failure.

@@ -48,6 +48,13 @@ pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 pub const OTLP_VERDICTS_PENDING: &str = "faultline_otlp_verdict_records_pending";
 /// Counter: verdict records given up on (the pending cap, or still refused at shutdown).
 pub const OTLP_VERDICTS_LOST: &str = "faultline_otlp_verdict_records_lost";
+/// Gauge: OTLP records waiting in the reorder stage (exported by the Prometheus sink).
+pub const REORDER_HELD: &str = "faultline_otlp_reorder_held_records";
+/// Counter: OTLP records fed behind a newer record of their target (exported by the
+/// Prometheus sink).
+pub const REORDER_LATE: &str = "faultline_otlp_records_out_of_order";
+/// Counter: times the reorder stage's cap fed records before their turn.
+pub const REORDER_OVERFLOWS: &str = "faultline_otlp_reorder_overflows";
 /// Counter.
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
 /// Counter.

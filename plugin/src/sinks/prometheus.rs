@@ -606,6 +606,25 @@ impl Collector for SeriesCollector {
                 (vec![("source", s.name)], up)
             }),
         )?;
+        let (held, late, overflows) = shared.telemetry.reorder();
+        gauge(
+            &mut enc,
+            names::REORDER_HELD,
+            "OTLP records waiting until every active process of their target has sent past them ([pipeline] reorder_seconds)",
+            held as f64,
+        )?;
+        counter(
+            &mut enc,
+            names::REORDER_LATE,
+            "OTLP records fed behind a newer record of their target: they came later than the reorder wait allows (a process's first batch, a process lagging more than reorder_seconds)",
+            late,
+        )?;
+        counter(
+            &mut enc,
+            names::REORDER_OVERFLOWS,
+            "Times the OTLP reorder stage was full and fed the oldest records of the target holding most before their turn",
+            overflows,
+        )?;
         counter(
             &mut enc,
             names::GUEST_RESTARTS,
