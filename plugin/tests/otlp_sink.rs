@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use faultline::pipeline::telemetry::{DropReason, Telemetry};
+use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry};
 use faultline::sinks::otlp::{OtlpProtocol, OtlpSink, OtlpSinkConfig};
 use faultline_engine::report::{EngineCounters, OnsetDistribution};
 use faultline_engine::{Report, Verdict};
@@ -222,6 +222,14 @@ async fn push_and_check(protocol: OtlpProtocol) {
     src.add_received(100);
     src.add_decode_errors(2);
     src.add_dropped(DropReason::QueueFull, 3);
+    src.segments().watch();
+    src.segments().add(SegmentCounts {
+        points: 40,
+        unpaired: 2,
+        gaps: 1,
+        forgotten: 0,
+    });
+    telemetry.set_reorder(7, 5, 1);
     telemetry.add_guest_restart();
 
     let cfg = OtlpSinkConfig {
@@ -417,6 +425,22 @@ async fn push_and_check(protocol: OtlpProtocol) {
         ),
         Some(2.0)
     );
+    for (name, want) in [
+        ("faultline_otlp_tcp_segment_points", 40.0),
+        ("faultline_otlp_tcp_segment_points_unpaired", 2.0),
+        ("faultline_otlp_tcp_segment_gaps", 1.0),
+        ("faultline_otlp_tcp_segment_series_forgotten", 0.0),
+    ] {
+        let source = [("source", "otlp_grpc")];
+        assert_eq!(last_point(&captured, name, &source), Some(want), "{name}");
+    }
+    for (name, want) in [
+        ("faultline_otlp_reorder_held_records", 7.0),
+        ("faultline_otlp_records_out_of_order", 5.0),
+        ("faultline_otlp_reorder_overflows", 1.0),
+    ] {
+        assert_eq!(last_point(&captured, name, &[]), Some(want), "{name}");
+    }
     assert_eq!(
         last_point(
             &captured,

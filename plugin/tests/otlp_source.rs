@@ -324,13 +324,12 @@ async fn segment_readings_arrive_as_records(protocol: &str, extra: &[&str]) {
         diffs.iter().all(|&(sent, _)| sent > 0),
         "the connections moved the counters: {diffs:?}"
     );
-    let c = if protocol == "grpc" {
-        &h.server.grpc_counters
-    } else {
-        &h.server.http_counters
-    };
-    assert_eq!(c.unpaired_segment_points(), 0, "{extra:?}");
-    assert_eq!(c.segment_points(), 2 * read.len() as u64, "{extra:?}");
+    let stats = if protocol == "grpc" { &h.grpc } else { &h.http };
+    let tallies = stats.segments().get();
+    assert!(stats.segments().is_watched(), "exported from 0");
+    assert_eq!(tallies.unpaired, 0, "{extra:?}");
+    assert_eq!(tallies.gaps, 0, "{extra:?}");
+    assert_eq!(tallies.points, 2 * read.len() as u64, "{extra:?}");
 }
 
 /// The kernel's real TCP counters, read and exported by the Python SDK's observable

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use faultline::config::PrometheusSinkConfig;
 use faultline::pipeline::report_sink::ReportSink;
-use faultline::pipeline::telemetry::{DropReason, Telemetry};
+use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry};
 use faultline::sinks::prometheus;
 use faultline_engine::report::{
     DecisionPath, EngineCounters, OnsetDistribution, RankedSyscall, SyscallActivity, ThreadCounts,
@@ -359,6 +359,41 @@ fn pipeline_counters_and_engine_timings_are_exported() {
         ),
         Some(2.0)
     );
+}
+
+#[test]
+fn tcp_segment_tallies_are_exported_for_receivers_that_read_them() {
+    let telemetry = Arc::new(Telemetry::default());
+    let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+    let grpc = telemetry.source("otlp_grpc");
+    let http = telemetry.source("otlp_http");
+    telemetry.source("perf");
+    grpc.segments().watch();
+    http.segments().watch();
+    grpc.segments().add(SegmentCounts {
+        points: 20,
+        unpaired: 1,
+        gaps: 2,
+        forgotten: 3,
+    });
+
+    let text = exporter.encode().unwrap();
+    let got =
+        |name: &str, source: &str| sample(&text, &format!(r#"{name}_total{{source="{source}"}}"#));
+    for (name, want) in [
+        ("faultline_otlp_tcp_segment_points", 20.0),
+        ("faultline_otlp_tcp_segment_points_unpaired", 1.0),
+        ("faultline_otlp_tcp_segment_gaps", 2.0),
+        ("faultline_otlp_tcp_segment_series_forgotten", 3.0),
+    ] {
+        assert_eq!(got(name, "otlp_grpc"), Some(want), "{name}");
+        assert_eq!(got(name, "otlp_http"), Some(0.0), "{name}: from 0");
+        assert_eq!(
+            got(name, "perf"),
+            None,
+            "{name}: no series for other sources"
+        );
+    }
 }
 
 #[test]

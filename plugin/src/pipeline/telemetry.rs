@@ -1,7 +1,7 @@
 //! Counters every component bumps so nothing is lost silently; the Prometheus and OTLP
 //! sinks read them. Lock-free atomics because sources bump them per event on hot paths.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// Why an event was dropped (a closed set, so metric label values stay bounded).
@@ -117,6 +117,63 @@ pub struct SourceStats {
     received: AtomicU64,
     decode_errors: AtomicU64,
     dropped: [AtomicU64; DropReason::ALL.len()],
+    segments: SegmentTallies,
+}
+
+/// What became of the TCP segment metric points an OTLP receiver read (see
+/// `sources::otlp::segment_metrics`): a reading that loses a half, or a cadence too
+/// sparse for the packet-loss test, costs that test its samples and nothing else shows it.
+#[derive(Debug, Default)]
+pub struct SegmentTallies {
+    /// Set by a receiver that reads segment metrics: only those export the tallies (from
+    /// 0, so a rate alert has a series before the first loss).
+    watched: AtomicBool,
+    points: AtomicU64,
+    unpaired: AtomicU64,
+    gaps: AtomicU64,
+    forgotten: AtomicU64,
+}
+
+/// One request's worth of [`SegmentTallies`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentCounts {
+    /// Metric points taken (each half of a reading counts).
+    pub points: u64,
+    /// Of those, halves whose other half never came: that sample is lost.
+    pub unpaired: u64,
+    /// Readings taken as a new reference after a gap too long for one record.
+    pub gaps: u64,
+    /// Series forgotten to keep the receiver's series bounded.
+    pub forgotten: u64,
+}
+
+impl SegmentTallies {
+    /// Marks the source as one that reads segment metrics.
+    pub fn watch(&self) {
+        self.watched.store(true, Ordering::Relaxed);
+    }
+    pub fn is_watched(&self) -> bool {
+        self.watched.load(Ordering::Relaxed)
+    }
+    pub fn add(&self, n: SegmentCounts) {
+        for (c, v) in [
+            (&self.points, n.points),
+            (&self.unpaired, n.unpaired),
+            (&self.gaps, n.gaps),
+            (&self.forgotten, n.forgotten),
+        ] {
+            c.fetch_add(v, Ordering::Relaxed);
+        }
+    }
+    /// The totals so far.
+    pub fn get(&self) -> SegmentCounts {
+        SegmentCounts {
+            points: self.points.load(Ordering::Relaxed),
+            unpaired: self.unpaired.load(Ordering::Relaxed),
+            gaps: self.gaps.load(Ordering::Relaxed),
+            forgotten: self.forgotten.load(Ordering::Relaxed),
+        }
+    }
 }
 
 impl SourceStats {
@@ -126,6 +183,7 @@ impl SourceStats {
             received: AtomicU64::new(0),
             decode_errors: AtomicU64::new(0),
             dropped: Default::default(),
+            segments: SegmentTallies::default(),
         }
     }
     pub fn add_received(&self, n: u64) {
@@ -145,6 +203,10 @@ impl SourceStats {
     }
     pub fn dropped(&self, reason: DropReason) -> u64 {
         self.dropped[reason as usize].load(Ordering::Relaxed)
+    }
+    /// The TCP segment metric tallies (OTLP receivers only).
+    pub fn segments(&self) -> &SegmentTallies {
+        &self.segments
     }
 }
 

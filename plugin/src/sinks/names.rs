@@ -2,6 +2,7 @@
 //! push sink (`otlp.rs`), so both export the same series (docs/metrics.md). Counter names
 //! have no `_total`: the OpenMetrics encoder appends it, OTLP has no such suffix.
 
+use crate::pipeline::telemetry::SegmentCounts;
 use faultline_engine::report::ThreadCounts;
 use faultline_engine::symptoms::Symptom;
 use faultline_engine::vital_signs::{SignRates, VitalSigns};
@@ -48,10 +49,36 @@ pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 pub const OTLP_VERDICTS_PENDING: &str = "faultline_otlp_verdict_records_pending";
 /// Counter: verdict records given up on (the pending cap, or still refused at shutdown).
 pub const OTLP_VERDICTS_LOST: &str = "faultline_otlp_verdict_records_lost";
-/// Gauge: OTLP records waiting in the reorder stage (exported by the Prometheus sink).
+/// One exported tally: metric name, help, and how to read it off the counts.
+pub type SegmentTally = (&'static str, &'static str, fn(&SegmentCounts) -> u64);
+
+/// Counters, per OTLP source that reads TCP segment metrics (`source` label): what became
+/// of the points.
+pub const OTLP_SEGMENT_TALLIES: [SegmentTally; 4] = [
+    (
+        "faultline_otlp_tcp_segment_points",
+        "TCP segment metric points an OTLP receiver took (sent and retransmitted: two per reading)",
+        |c| c.points,
+    ),
+    (
+        "faultline_otlp_tcp_segment_points_unpaired",
+        "TCP segment metric points whose other half of the reading never came: samples lost to the packet-loss test",
+        |c| c.unpaired,
+    ),
+    (
+        "faultline_otlp_tcp_segment_gaps",
+        "TCP segment readings more than 3 s after the series' previous one, taken as a new reference instead of a sample",
+        |c| c.gaps,
+    ),
+    (
+        "faultline_otlp_tcp_segment_series_forgotten",
+        "TCP segment series an OTLP receiver forgot to keep at most 1,024 (least recently read first)",
+        |c| c.forgotten,
+    ),
+];
+/// Gauge: OTLP records waiting in the reorder stage.
 pub const REORDER_HELD: &str = "faultline_otlp_reorder_held_records";
-/// Counter: OTLP records fed behind a newer record of their target (exported by the
-/// Prometheus sink).
+/// Counter: OTLP records fed behind a newer record of their target.
 pub const REORDER_LATE: &str = "faultline_otlp_records_out_of_order";
 /// Counter: times the reorder stage's cap fed records before their turn.
 pub const REORDER_OVERFLOWS: &str = "faultline_otlp_reorder_overflows";

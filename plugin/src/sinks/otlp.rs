@@ -851,6 +851,39 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .with_description("Traps raised by the WASM engine guest")
         .with_callback(move |obs| obs.observe(t.guest_traps(), &[]))
         .build();
+    for (name, help, tally) in names::OTLP_SEGMENT_TALLIES {
+        let t = telemetry.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(help)
+            .with_callback(move |obs| {
+                for s in t.sources() {
+                    if s.segments().is_watched() {
+                        let n = tally(&s.segments().get());
+                        obs.observe(n, &[KeyValue::new("source", s.name)]);
+                    }
+                }
+            })
+            .build();
+    }
+    let t = telemetry.clone();
+    meter
+        .u64_observable_gauge(names::REORDER_HELD)
+        .with_description("OTLP records waiting in the reorder stage")
+        .with_callback(move |obs| obs.observe(t.reorder().0, &[]))
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter(names::REORDER_LATE)
+        .with_description("OTLP records fed behind a newer record of their target")
+        .with_callback(move |obs| obs.observe(t.reorder().1, &[]))
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter(names::REORDER_OVERFLOWS)
+        .with_description("Times the full OTLP reorder stage fed records before their turn")
+        .with_callback(move |obs| obs.observe(t.reorder().2, &[]))
+        .build();
 }
 
 #[cfg(test)]

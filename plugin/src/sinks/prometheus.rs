@@ -574,6 +574,15 @@ impl Collector for SeriesCollector {
                 .iter()
                 .map(|s| (vec![("source", s.name)], s.decode_errors())),
         )?;
+        for (name, help, tally) in names::OTLP_SEGMENT_TALLIES {
+            let watched = sources.iter().filter(|s| s.segments().is_watched());
+            counters(
+                &mut enc,
+                name,
+                help,
+                watched.map(|s| (vec![("source", s.name)], tally(&s.segments().get()))),
+            )?;
+        }
         counters(
             &mut enc,
             names::OTLP_EXPORT_FAILURES,

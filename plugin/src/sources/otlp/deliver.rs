@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use super::convert::Decoded;
 use crate::pipeline::queue::{BatchSender, SendError};
-use crate::pipeline::telemetry::DropReason;
+use crate::pipeline::telemetry::{DropReason, SegmentCounts};
 use crate::pipeline::warn_limit::WarnLimit;
 
 /// OTLP-specific tallies that have no slot in [`crate::pipeline::telemetry::SourceStats`].
@@ -15,10 +15,6 @@ use crate::pipeline::warn_limit::WarnLimit;
 pub struct OtlpCounters {
     not_syscall: AtomicU64,
     unused_metric_points: AtomicU64,
-    segment_points: AtomicU64,
-    unpaired_segment_points: AtomicU64,
-    forgotten_segment_series: AtomicU64,
-    segment_gaps: AtomicU64,
     /// Warnings about requests larger than the engine queue (one per minute at most).
     oversized: Mutex<Option<WarnLimit>>,
     /// Warnings about segment readings that lost a half (one per minute at most).
@@ -33,23 +29,6 @@ impl OtlpCounters {
     /// Metric data points received and ignored (see docs/otlp-mapping.md).
     pub fn unused_metric_points(&self) -> u64 {
         self.unused_metric_points.load(Ordering::Relaxed)
-    }
-    /// TCP segment metric points taken (each half of a reading counts).
-    pub fn segment_points(&self) -> u64 {
-        self.segment_points.load(Ordering::Relaxed)
-    }
-    /// Halves of a segment reading whose other half never came: that sample is lost.
-    pub fn unpaired_segment_points(&self) -> u64 {
-        self.unpaired_segment_points.load(Ordering::Relaxed)
-    }
-    /// Segment series forgotten to keep at most `segment_metrics::MAX_SERIES`.
-    pub fn forgotten_segment_series(&self) -> u64 {
-        self.forgotten_segment_series.load(Ordering::Relaxed)
-    }
-    /// Segment readings taken as a new reference after a gap longer than
-    /// `segment_metrics::MAX_READING_GAP_NS` (too sparse a cadence shows here).
-    pub fn segment_gaps(&self) -> u64 {
-        self.segment_gaps.load(Ordering::Relaxed)
     }
 }
 
@@ -84,19 +63,12 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
     counters
         .unused_metric_points
         .fetch_add(decoded.unused_metric_points, Ordering::Relaxed);
-    for (c, n) in [
-        (&counters.segment_points, decoded.segment_points),
-        (
-            &counters.unpaired_segment_points,
-            decoded.unpaired_segment_points,
-        ),
-        (
-            &counters.forgotten_segment_series,
-            decoded.forgotten_segment_series,
-        ),
-    ] {
-        c.fetch_add(n, Ordering::Relaxed);
-    }
+    stats.segments().add(SegmentCounts {
+        points: decoded.segment_points,
+        unpaired: decoded.unpaired_segment_points,
+        gaps: decoded.segment_gaps,
+        forgotten: decoded.forgotten_segment_series,
+    });
     if decoded.unpaired_segment_points > 0 {
         warn_unpaired(counters, decoded.unpaired_segment_points);
     }
@@ -268,5 +240,25 @@ mod tests {
         assert_eq!(queued_pids(&mut rx), [Some(1), Some(2)]);
         assert_eq!(stats.received(), 12);
         assert_eq!(stats.dropped(DropReason::QueueFull), 5);
+    }
+
+    #[test]
+    fn segment_tallies_reach_the_source_counters() {
+        let (stats, _rx, sender, counters) = queue_of_two();
+        let tallied = Decoded {
+            segment_points: 9,
+            unpaired_segment_points: 2,
+            segment_gaps: 3,
+            forgotten_segment_series: 4,
+            ..request()
+        };
+        deliver(&sender, &counters, tallied);
+        let want = SegmentCounts {
+            points: 9,
+            unpaired: 2,
+            gaps: 3,
+            forgotten: 4,
+        };
+        assert_eq!(stats.segments().get(), want);
     }
 }

@@ -160,6 +160,13 @@ pub async fn start(
         }
     };
     let names = Arc::new(cfg.attributes.clone());
+    // A listening receiver that reads segment metrics exports their tallies, from 0
+    // (`faultline_otlp_tcp_segment_*`).
+    let watch_segments = |sender: &BatchSender| {
+        if cfg.tcp_segments.enabled {
+            sender.stats().segments().watch();
+        }
+    };
     let segments = Arc::new(segment_metrics::SegmentTracker::new(
         cfg.tcp_segments.clone(),
     ));
@@ -170,6 +177,7 @@ pub async fn start(
     let mut grpc_addr = None;
     if let Some(listener) = grpc_listener {
         grpc_addr = listener.local_addr().ok();
+        watch_segments(&grpc_sender);
         let ingest = ingest::Ingest {
             sender: grpc_sender,
             names: names.clone(),
@@ -187,6 +195,7 @@ pub async fn start(
     let mut http_addr = None;
     if let Some(listener) = http_listener {
         http_addr = listener.local_addr().ok();
+        watch_segments(&http_sender);
         let ingest = ingest::Ingest {
             sender: http_sender,
             names,
