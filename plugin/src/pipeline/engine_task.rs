@@ -81,8 +81,6 @@ pub struct EngineTask {
     reorder: Reorder,
     reorder_warnings: WarnLimit,
     reorder_checked: Instant,
-    /// OTLP records fed older than one fed before them (came too late to be ordered).
-    reorder_late: u64,
 }
 
 enum Wake {
@@ -132,7 +130,6 @@ impl EngineTask {
             reorder: Reorder::new(0.0),
             reorder_warnings: WarnLimit::new(Duration::from_secs(60)),
             reorder_checked: Instant::now(),
-            reorder_late: 0,
         })
     }
 
@@ -255,7 +252,6 @@ impl EngineTask {
             if self.reorder.overflows > overflows {
                 self.warn_reorder_overflow();
             }
-            self.reorder_late += self.reorder.take_late();
             for (t, (source, chunks)) in due {
                 self.feed_held(&t, source, chunks);
             }
@@ -287,16 +283,14 @@ impl EngineTask {
         self.reorder_checked = Instant::now();
         for (target, (source, due)) in self.reorder.release_quiet(Instant::now()) {
             self.feed_held(&target, source, due);
-            self.reorder_late += self.reorder.take_late();
         }
     }
 
     /// Shows the reorder stage's state in the telemetry (three atomic stores).
     fn publish_reorder(&mut self) {
-        self.reorder_late += self.reorder.take_late();
         self.telemetry.set_reorder(
             self.reorder.held() as u64,
-            self.reorder_late,
+            self.reorder.late(),
             self.reorder.overflows,
         );
     }
@@ -542,7 +536,7 @@ impl EngineTask {
             batches = self.summary.batches,
             events = self.summary.events,
             reports = self.summary.reports,
-            otlp_records_out_of_order = self.reorder_late,
+            otlp_records_out_of_order = self.reorder.late(),
             reorder_overflows = self.reorder.overflows,
             "engine finished"
         );

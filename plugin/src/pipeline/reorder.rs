@@ -56,7 +56,8 @@ struct Held {
     /// Per process (a hash of its pid and host; senders without a pid share one): what
     /// it sent last.
     processes: HashMap<u64, Sender>,
-    /// Records released older than one already fed (since the last [`Reorder::take_late`]).
+    /// Records released older than one already fed, so far (entries are never removed,
+    /// so [`Reorder::late`] sums every target's).
     late: u64,
     /// The newest record fed so far: a record released older than it came too late to be
     /// put in order.
@@ -202,14 +203,11 @@ impl Reorder {
         self.total
     }
 
-    /// Records released since the last call that were older than one already fed: they
-    /// came later than the wait allows (a process lagging more than `max_lag`, a
-    /// process's first batch, the cap, a trigger whose wait ran out).
-    pub fn take_late(&mut self) -> u64 {
-        self.held
-            .values_mut()
-            .map(|h| std::mem::take(&mut h.late))
-            .sum()
+    /// Records released so far that were older than one already fed: they came later
+    /// than the wait allows (a process lagging more than `max_lag`, a process's first
+    /// batch, the cap, a trigger whose wait ran out).
+    pub fn late(&self) -> u64 {
+        self.held.values().map(|h| h.late).sum()
     }
 
     /// Takes a batch of process `process` (see [`process_key`]) of `target`, arrived at
@@ -450,11 +448,11 @@ mod tests {
         );
         let expected: Vec<u64> = (3..20).map(|s| s * S).collect();
         assert_eq!(times(&out), expected);
-        assert_eq!(r.take_late(), 0);
+        assert_eq!(r.late(), 0);
         // Process 8 sends second 5 after second 19 was fed: too late, counted.
         let out = push(&mut r, &t, "otlp_http", 8, vec![ev(8, 5 * S)], now);
         assert_eq!(times(&out), vec![5 * S]);
-        assert_eq!((r.take_late(), r.take_late()), (1, 0));
+        assert_eq!(r.late(), 1);
         let (_, early) = r.flush_until("db", 21 * S);
         assert_eq!(times(&early), vec![20 * S, 21 * S]);
         let (source, rest) = r.flush("db");
