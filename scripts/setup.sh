@@ -14,6 +14,8 @@ command -v strace >/dev/null 2>&1 || need_apt+=(strace)
 command -v lttng-syscallstats >/dev/null 2>&1 || need_apt+=(python3-lttnganalyses)
 # plugin/tests/otlp_source.rs checks that the OTLP TCP segment defaults are node_exporter's names.
 command -v prometheus-node-exporter >/dev/null 2>&1 || need_apt+=(prometheus-node-exporter)
+# plugin/tests/systemd_unit.rs verifies config/systemd/faultline.service.
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 # The real-world harness (integration-tests/realworld): servers, load generators, fault tools.
 [ -x /usr/lib/postgresql/15/bin/postgres ] || need_apt+=(postgresql)
 command -v mariadbd >/dev/null 2>&1 || need_apt+=(mariadb-server mariadb-client)
