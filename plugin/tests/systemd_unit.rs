@@ -110,3 +110,131 @@ fn the_units_commands_start_faultline_and_its_stop_signal_ends_it_cleanly() {
     let status = wait_exit(&mut run.child, Duration::from_secs(stop));
     assert!(status.success(), "exit status after SIGTERM: {status}");
 }
+
+/// The unit's file-system hardening, emulated without systemd (CI has no systemd init):
+/// in a private mount namespace every mount but the API file systems read-only
+/// (`ProtectSystem=strict`), `/proc/sys` and the cgroup tree read-only
+/// (`ProtectKernelTunables`, `ProtectControlGroups`), a private `/tmp`, one writable state
+/// directory (`StateDirectory`), and `no_new_privs` (`NoNewPrivileges`). Under it the live
+/// perf source, its TCP sampler and the WASM engine must all work and the JSON sink must
+/// write the final reports. (The unit's seccomp-based directives are not emulated.)
+#[test]
+fn the_units_file_system_hardening_leaves_the_live_sources_working() {
+    let tools = ["perf", "unshare", "setpriv", "python3"];
+    if let Some(t) = tools
+        .iter()
+        .find(|t| Command::new(t).arg("--version").output().is_err())
+    {
+        eprintln!("\n!!! SKIPPED hardening check: {t} is not installed\n");
+        return;
+    }
+    let probe = Command::new("unshare").args(["-m", "true"]).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("\n!!! SKIPPED hardening check: cannot make a mount namespace (needs root)\n");
+        return;
+    }
+    // Outside /tmp, which the namespace replaces.
+    let state = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).expect("state dir");
+    let state_dir = state.path().to_str().expect("utf-8 path").to_string();
+    // A process making calls all the time, for the perf source to watch.
+    let busy = Command::new("python3")
+        .args([
+            "-c",
+            "import os, time\nwhile True:\n    [os.stat('/') for _ in range(100)]\n    time.sleep(0.002)",
+        ])
+        .spawn()
+        .expect("spawn the busy process");
+    // Killed however the test ends: a leaked child would hold the test's output open.
+    let busy = KillOnDrop(busy);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = format!(
+        "[engine]\nkind = \"wasm\"\n[sources.otlp]\nenabled = false\n\
+         [sources.perf]\nenabled = true\npids = [{}]\n\
+         [sinks.prometheus]\nlisten = \"127.0.0.1:{port}\"\n\
+         [sinks.json]\nenabled = true\npath = \"{state_dir}/reports.jsonl\"\n",
+        busy.0.id()
+    );
+    std::fs::write(state.path().join("faultline.toml"), config).expect("write config");
+    let script = format!(
+        r#"set -e
+mount --make-rprivate /
+mount --bind "{state_dir}" "{state_dir}"
+for m in $(awk '{{print $2}}' /proc/self/mounts | grep -vE '^/(proc|sys|dev)(/|$)' | sort -u); do
+  [ "$m" = "{state_dir}" ] || mount -o bind,remount,ro "$m" 2>/dev/null || true
+done
+for m in /proc/sys /sys/fs/cgroup; do mount --bind "$m" "$m" && mount -o bind,remount,ro "$m"; done
+mount -t tmpfs tmpfs /tmp
+if touch /etc/.faultline-probe 2>/dev/null; then echo "/etc is writable" >&2; exit 97; fi
+exec setpriv --no-new-privs "{bin}" run --config "{state_dir}/faultline.toml""#,
+        bin = env!("CARGO_BIN_EXE_faultline"),
+    );
+    let run = Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .env("RUST_LOG", "warn")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn faultline in a namespace");
+    let mut run = KillOnDrop(run);
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().expect("addr");
+    let metrics_of = |name: &str, text: &str| run_support::sample(text, name).unwrap_or(0.0);
+    // Until the perf source, its TCP sampler and the engine have all delivered (perf needs
+    // a few seconds to attach; a busy machine may need more).
+    let mut text = String::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = run.0.try_wait().expect("wait") {
+            panic!("faultline ended under the hardening: {status}");
+        }
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            use std::io::{Read, Write};
+            let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
+            text.clear();
+            let _ = s.read_to_string(&mut text);
+            let perf = metrics_of(r#"faultline_events_received_total{source="perf"}"#, &text);
+            let tcp = metrics_of(
+                r#"faultline_events_received_total{source="tcp_segments"}"#,
+                &text,
+            );
+            if perf > 0.0 && tcp > 0.0 && metrics_of("faultline_engine_events_total", &text) > 0.0 {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    signal(&run.0, "-TERM");
+    let status = wait_exit(&mut run.0, Duration::from_secs(45));
+    drop(busy);
+    assert!(
+        metrics_of(r#"faultline_events_received_total{source="perf"}"#, &text) > 0.0,
+        "the perf source delivered: {text}"
+    );
+    assert!(
+        metrics_of(
+            r#"faultline_events_received_total{source="tcp_segments"}"#,
+            &text
+        ) > 0.0,
+        "the TCP sampler delivered: {text}"
+    );
+    assert_eq!(metrics_of("faultline_guest_traps_total", &text), 0.0);
+    assert!(status.success(), "exit status after SIGTERM: {status}");
+    let reports = std::fs::read_to_string(state.path().join("reports.jsonl")).expect("reports");
+    assert!(
+        reports.lines().any(|l| l.contains("end_of_stream")),
+        "final reports written to the state directory: {reports}"
+    );
+}
+
+/// A child process killed when the test lets go of it, passing or failing.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
