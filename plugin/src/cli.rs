@@ -24,6 +24,10 @@ pub enum Command {
         /// Log filter (e.g. `debug`, `faultline=debug,info`); overrides RUST_LOG.
         #[arg(long)]
         log_level: Option<String>,
+        /// Log line format on stderr: `text`, or `json` (one object per line, for a log
+        /// shipper such as Vector or the Collector's filelog receiver).
+        #[arg(long, value_enum, default_value_t = commands::run::LogFormat::Text, env = "FAULTLINE_LOG_FORMAT")]
+        log_format: commands::run::LogFormat,
     },
     /// Diagnose a recorded trace offline.
     Analyze(commands::analyze::AnalyzeArgs),
@@ -37,9 +41,11 @@ pub enum Command {
 pub fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run { config, log_level } => {
-            commands::run::run_with(config.as_deref(), log_level.as_deref())
-        }
+        Command::Run {
+            config,
+            log_level,
+            log_format,
+        } => commands::run::run_with(config.as_deref(), log_level.as_deref(), log_format),
         Command::Analyze(args) => commands::analyze::run(&args),
         Command::Calibrate(args) => commands::calibrate::run(&args),
         Command::CheckConfig { file } => commands::check_config::run(&file),

@@ -182,6 +182,42 @@ fn without_a_config_file_env_overrides_apply_and_sigint_exits_cleanly() {
     assert!(status.success(), "exit status {status}");
 }
 
+/// `--log-format json` (or `FAULTLINE_LOG_FORMAT=json`): every log line is one JSON object
+/// with the event's fields at the top level, for a log shipper to parse without a regex.
+#[test]
+fn json_logs_are_one_object_per_line_with_the_fields_at_the_top() {
+    for (args, env) in [
+        (vec!["run", "--log-format", "json"], None),
+        (vec!["run"], Some(("FAULTLINE_LOG_FORMAT", "json"))),
+    ] {
+        let mut vars = vec![
+            ("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:0"),
+            ("FAULTLINE_SOURCES__OTLP__ENABLED", "false"),
+            ("FAULTLINE_ENGINE__KIND", "native"),
+        ];
+        vars.extend(env);
+        let mut run = start(&args, &vars);
+        signal(&run.child, "-INT");
+        let status = wait_exit(&mut run.child, Duration::from_secs(30));
+        assert!(status.success(), "exit status {status}");
+        let lines: Vec<String> = run.log.try_iter().collect();
+        assert!(!lines.is_empty(), "{args:?}: no log after startup");
+        let mut stopped = None;
+        for line in &lines {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{args:?}: not a JSON line ({e}): {line}"));
+            for key in ["timestamp", "level", "message", "target"] {
+                assert!(v.get(key).is_some(), "{args:?}: no `{key}` in {line}");
+            }
+            if v["message"] == "stopped" {
+                stopped = Some(v);
+            }
+        }
+        let stopped = stopped.unwrap_or_else(|| panic!("{args:?}: no `stopped` line: {lines:?}"));
+        assert_eq!(stopped["events"], 0, "fields flattened, typed: {stopped}");
+    }
+}
+
 #[test]
 fn an_invalid_config_stops_startup_with_the_key_named() {
     let dir = tempfile::tempdir().unwrap();

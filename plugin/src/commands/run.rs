@@ -10,13 +10,26 @@ use crate::pipeline::runner;
 /// Loads the config (built-in defaults without a file), runs until SIGTERM, SIGINT or
 /// SIGHUP, and returns once the final reports are flushed.
 pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
-    run_with(config_path, None)
+    run_with(config_path, None, LogFormat::Text)
+}
+
+/// How log lines are written: for a terminal and journald, or for a log shipper that
+/// parses them (every field a JSON key, no regex to keep in step with the messages).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// [`run`] with an explicit log filter (`--log-level`, e.g. `debug` or
-/// `faultline=debug,info`), which wins over `RUST_LOG`.
-pub fn run_with(config_path: Option<&Path>, log_level: Option<&str>) -> anyhow::Result<()> {
-    init_logging(log_level)?;
+/// `faultline=debug,info`), which wins over `RUST_LOG`, and a log line format.
+pub fn run_with(
+    config_path: Option<&Path>,
+    log_level: Option<&str>,
+    log_format: LogFormat,
+) -> anyhow::Result<()> {
+    init_logging(log_level, log_format)?;
     let cfg = config::load(config_path).map_err(|e| match config_path {
         Some(p) => anyhow::anyhow!("{}: {e}", p.display()),
         None => anyhow::anyhow!("{e}"),
@@ -51,7 +64,7 @@ pub fn run_with(config_path: Option<&Path>, log_level: Option<&str>) -> anyhow::
 
 /// Logs go to stderr (stdout may carry JSON-lines reports); `--log-level`, else `RUST_LOG`,
 /// else `info`.
-fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
+fn init_logging(level: Option<&str>, format: LogFormat) -> anyhow::Result<()> {
     let filter = match level {
         Some(l) => tracing_subscriber::EnvFilter::try_new(l)
             .with_context(|| format!("invalid log level `{l}`"))?,
@@ -59,11 +72,16 @@ fn init_logging(level: Option<&str>) -> anyhow::Result<()> {
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
     };
     // Another caller (tests, the CLI) may have installed a subscriber already; keep theirs.
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        // Fields at the top level (`{"level":..,"message":..,"lost":..}`), not nested.
+        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    };
     Ok(())
 }
 

@@ -67,14 +67,16 @@ pub fn start_waiting(args: &[&str], env: &[(&str, &str)], keys: &[&str]) -> Runn
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(line) => {
                 for key in keys {
-                    let marker = format!("{key}_address=");
-                    if let Some(a) = line.split(&marker).nth(1) {
-                        let addr: SocketAddr = a
-                            .split_whitespace()
-                            .next()
-                            .unwrap_or("")
-                            .parse()
-                            .expect("address");
+                    // `key_address=ADDR` in text logs, `"key_address":"ADDR"` in JSON ones.
+                    let text = format!("{key}_address=");
+                    let json = format!("\"{key}_address\":\"");
+                    let found = match (line.split(&text).nth(1), line.split(&json).nth(1)) {
+                        (Some(a), _) => a.split_whitespace().next(),
+                        (None, Some(a)) => a.split('"').next(),
+                        (None, None) => None,
+                    };
+                    if let Some(a) = found {
+                        let addr: SocketAddr = a.parse().expect("address");
                         addresses.insert((*key).to_owned(), addr);
                     }
                 }
