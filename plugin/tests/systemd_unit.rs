@@ -62,6 +62,26 @@ fn systemd_accepts_the_unit_without_a_warning() {
     );
 }
 
+/// `Restart=on-failure` restarts a failing `ExecStartPre` (a bad config) too: the start
+/// limit must be able to trip, or the unit restarts forever.
+#[test]
+fn a_unit_that_keeps_failing_to_start_stops_restarting() {
+    let unit = localized_unit();
+    let seconds = |key: &str| -> f64 {
+        let v = directive(&unit, key);
+        v.first()
+            .and_then(|s| s.trim_end_matches('s').parse().ok())
+            .unwrap_or_else(|| panic!("{key} in seconds: {v:?}"))
+    };
+    let burst = seconds("StartLimitBurst");
+    let (interval, restart) = (seconds("StartLimitIntervalSec"), seconds("RestartSec"));
+    assert_eq!(directive(&unit, "Restart"), ["on-failure"]);
+    assert!(
+        (burst - 1.0) * restart < interval,
+        "{burst} starts {restart} s apart must fit in the {interval} s start-limit interval"
+    );
+}
+
 #[test]
 fn the_units_commands_start_faultline_and_its_stop_signal_ends_it_cleanly() {
     let unit = localized_unit();
@@ -113,7 +133,8 @@ fn the_units_commands_start_faultline_and_its_stop_signal_ends_it_cleanly() {
 
 /// The unit's file-system hardening, emulated without systemd (CI has no systemd init):
 /// in a private mount namespace every mount but the API file systems read-only
-/// (`ProtectSystem=strict`), `/proc/sys` and the cgroup tree read-only
+/// (`ProtectSystem=strict`), all of `/sys` (tracefs and the cgroup trees included) and
+/// `/proc/sys` read-only and `/proc/kallsyms` and `/proc/kcore` empty
 /// (`ProtectKernelTunables`, `ProtectControlGroups`), a private `/tmp`, one writable state
 /// directory (`StateDirectory`), and `no_new_privs` (`NoNewPrivileges`). Under it the live
 /// perf source, its TCP sampler and the WASM engine must all work and the JSON sink must
@@ -165,9 +186,16 @@ mount --bind "{state_dir}" "{state_dir}"
 for m in $(awk '{{print $2}}' /proc/self/mounts | grep -vE '^/(proc|sys|dev)(/|$)' | sort -u); do
   [ "$m" = "{state_dir}" ] || mount -o bind,remount,ro "$m" 2>/dev/null || true
 done
-for m in /proc/sys /sys/fs/cgroup; do mount --bind "$m" "$m" && mount -o bind,remount,ro "$m"; done
+for m in $(awk '{{print $2}}' /proc/self/mounts | grep -E '^/sys(/|$)' | sort -u); do
+  mount -o bind,remount,ro "$m"
+done
+mount --bind /proc/sys /proc/sys && mount -o bind,remount,ro /proc/sys
+for f in /proc/kallsyms /proc/kcore; do [ ! -e "$f" ] || mount --bind /dev/null "$f"; done
 mount -t tmpfs tmpfs /tmp
 if touch /etc/.faultline-probe 2>/dev/null; then echo "/etc is writable" >&2; exit 97; fi
+if awk '$2 ~ /^\/sys/ && $4 !~ /^ro/ {{found=1}} END {{exit !found}}' /proc/self/mounts; then
+  echo "a /sys mount is writable" >&2; exit 98
+fi
 exec setpriv --no-new-privs "{bin}" run --config "{state_dir}/faultline.toml""#,
         bin = env!("CARGO_BIN_EXE_faultline"),
     );
@@ -192,6 +220,7 @@ exec setpriv --no-new-privs "{bin}" run --config "{state_dir}/faultline.toml""#,
         }
         if let Ok(mut s) = std::net::TcpStream::connect(addr) {
             use std::io::{Read, Write};
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
             let _ = s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n");
             text.clear();
             let _ = s.read_to_string(&mut text);

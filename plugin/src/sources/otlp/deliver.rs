@@ -63,15 +63,27 @@ pub(crate) fn deliver(sender: &BatchSender, counters: &OtlpCounters, decoded: De
     counters
         .unused_metric_points
         .fetch_add(decoded.unused_metric_points, Ordering::Relaxed);
-    stats.segments().add(SegmentCounts {
+    // Counted once the request is taken: a refused one leaves the segment series as they
+    // were (`Ingest::metrics` rolls them back), so its retry finds and counts them again.
+    let segments = SegmentCounts {
         points: decoded.segment_points,
         unpaired: decoded.unpaired_segment_points,
         gaps: decoded.segment_gaps,
         forgotten: decoded.forgotten_segment_series,
-    });
-    if decoded.unpaired_segment_points > 0 {
-        warn_unpaired(counters, decoded.unpaired_segment_points);
+    };
+    let delivery = queue(sender, counters, decoded);
+    if matches!(delivery, Delivery::Accepted { .. }) {
+        stats.segments().add(segments);
+        if segments.unpaired > 0 {
+            warn_unpaired(counters, segments.unpaired);
+        }
     }
+    delivery
+}
+
+/// The queueing half of [`deliver`]: all or nothing, or a prefix as partial success when
+/// the request can never fit.
+fn queue(sender: &BatchSender, counters: &OtlpCounters, decoded: Decoded) -> Delivery {
     let message = decoded.error_message();
     let batches = decoded.batches.len();
     if batches > sender.capacity() {
@@ -243,16 +255,25 @@ mod tests {
     }
 
     #[test]
-    fn segment_tallies_reach_the_source_counters() {
-        let (stats, _rx, sender, counters) = queue_of_two();
-        let tallied = Decoded {
+    fn segment_tallies_count_once_per_request_taken_not_per_attempt() {
+        let (stats, mut rx, sender, counters) = queue_of_two();
+        let tallied = || Decoded {
             segment_points: 9,
             unpaired_segment_points: 2,
             segment_gaps: 3,
             forgotten_segment_series: 4,
             ..request()
         };
-        deliver(&sender, &counters, tallied);
+        // Refused (one slot taken): its series are rolled back, so nothing counts yet.
+        sender.try_send(batch(9, 1)).unwrap();
+        assert_eq!(deliver(&sender, &counters, tallied()), Delivery::QueueFull);
+        assert_eq!(stats.segments().get(), SegmentCounts::default());
+        let _ = rx.try_recv();
+        // The retry is taken and counted, once.
+        assert!(matches!(
+            deliver(&sender, &counters, tallied()),
+            Delivery::Accepted { .. }
+        ));
         let want = SegmentCounts {
             points: 9,
             unpaired: 2,
