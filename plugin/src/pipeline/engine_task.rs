@@ -675,12 +675,7 @@ mod tests {
     }
 
     impl EngineHost for Refilling {
-        fn kind(&self) -> crate::engine_host::EngineKind {
-            crate::engine_host::EngineKind::Native
-        }
-        fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
-            Ok(())
-        }
+        crate::pipeline::test_support::idle_engine_methods!();
         fn ingest(&mut self, _: &str, _: &[SyscallEvent]) -> Result<(), HostError> {
             let second = self.ingested;
             self.ingested += 1;
@@ -695,28 +690,6 @@ mod tests {
         fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
             self.triggered_after.store(self.ingested, Ordering::Relaxed);
             Ok(None)
-        }
-        fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
-            Ok(())
-        }
-        fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
-            Ok(Vec::new())
-        }
-        fn finish(&mut self) -> Result<Vec<Report>, HostError> {
-            Ok(Vec::new())
-        }
-        fn calibrate(
-            &mut self,
-            _: &str,
-            _: Option<u64>,
-        ) -> Result<Option<faultline_engine::report::Calibration>, HostError> {
-            Ok(None)
-        }
-        fn counters(&mut self) -> Result<faultline_engine::report::EngineCounters, HostError> {
-            Ok(Default::default())
-        }
-        fn state_bytes(&mut self) -> Result<usize, HostError> {
-            Ok(0)
         }
     }
 

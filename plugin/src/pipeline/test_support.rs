@@ -3,46 +3,73 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use faultline_engine::report::{Calibration, EngineCounters};
-use faultline_engine::{Params, Report, Stillness, SyscallEvent};
+use faultline_engine::{Report, SyscallEvent};
 
-use crate::engine_host::{EngineHost, EngineKind, HostError};
+use crate::engine_host::{EngineHost, HostError};
+
+/// The [`EngineHost`] methods a test double answers with nothing (a native engine
+/// without targets), so each double writes only the calls it is about.
+macro_rules! idle_engine_methods {
+    () => {
+        fn kind(&self) -> $crate::engine_host::EngineKind {
+            $crate::engine_host::EngineKind::Native
+        }
+        fn set_target_params(
+            &mut self,
+            _: &str,
+            _: faultline_engine::Params,
+        ) -> Result<(), $crate::engine_host::HostError> {
+            Ok(())
+        }
+        fn advance(
+            &mut self,
+            _: &str,
+            _: u64,
+            _: faultline_engine::Stillness,
+        ) -> Result<(), $crate::engine_host::HostError> {
+            Ok(())
+        }
+        fn take_reports(
+            &mut self,
+        ) -> Result<Vec<faultline_engine::Report>, $crate::engine_host::HostError> {
+            Ok(Vec::new())
+        }
+        fn finish(
+            &mut self,
+        ) -> Result<Vec<faultline_engine::Report>, $crate::engine_host::HostError> {
+            Ok(Vec::new())
+        }
+        fn calibrate(
+            &mut self,
+            _: &str,
+            _: Option<u64>,
+        ) -> Result<Option<faultline_engine::report::Calibration>, $crate::engine_host::HostError> {
+            Ok(None)
+        }
+        fn counters(
+            &mut self,
+        ) -> Result<faultline_engine::report::EngineCounters, $crate::engine_host::HostError> {
+            Ok(Default::default())
+        }
+        fn state_bytes(&mut self) -> Result<usize, $crate::engine_host::HostError> {
+            Ok(0)
+        }
+    };
+}
+pub(crate) use idle_engine_methods;
 
 /// An engine that fails every `ingest` (as a guest that traps on each batch) and
 /// answers every other call with nothing.
 pub(crate) struct FailingIngest;
 
 impl EngineHost for FailingIngest {
-    fn kind(&self) -> EngineKind {
-        EngineKind::Native
-    }
-    fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
-        Ok(())
-    }
     fn ingest(&mut self, _: &str, _: &[SyscallEvent]) -> Result<(), HostError> {
         Err(HostError::Encode("refused by the test double".into()))
     }
     fn trigger(&mut self, _: &str, _: u64) -> Result<Option<Report>, HostError> {
         Ok(None)
     }
-    fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
-        Ok(Vec::new())
-    }
-    fn finish(&mut self) -> Result<Vec<Report>, HostError> {
-        Ok(Vec::new())
-    }
-    fn calibrate(&mut self, _: &str, _: Option<u64>) -> Result<Option<Calibration>, HostError> {
-        Ok(None)
-    }
-    fn counters(&mut self) -> Result<EngineCounters, HostError> {
-        Ok(EngineCounters::default())
-    }
-    fn state_bytes(&mut self) -> Result<usize, HostError> {
-        Ok(0)
-    }
+    idle_engine_methods!();
 }
 
 /// An engine that records the times of the records it is fed, in order, and how many it
@@ -54,12 +81,6 @@ pub(crate) struct Recording {
 }
 
 impl EngineHost for Recording {
-    fn kind(&self) -> EngineKind {
-        EngineKind::Native
-    }
-    fn set_target_params(&mut self, _: &str, _: Params) -> Result<(), HostError> {
-        Ok(())
-    }
     fn ingest(&mut self, _: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
         let mut fed = self.fed.lock().unwrap_or_else(|p| p.into_inner());
         fed.extend(events.iter().map(|e| e.ts_ns));
@@ -70,22 +91,5 @@ impl EngineHost for Recording {
         self.at_trigger.store(n, Ordering::Relaxed);
         Ok(None)
     }
-    fn advance(&mut self, _: &str, _: u64, _: Stillness) -> Result<(), HostError> {
-        Ok(())
-    }
-    fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
-        Ok(Vec::new())
-    }
-    fn finish(&mut self) -> Result<Vec<Report>, HostError> {
-        Ok(Vec::new())
-    }
-    fn calibrate(&mut self, _: &str, _: Option<u64>) -> Result<Option<Calibration>, HostError> {
-        Ok(None)
-    }
-    fn counters(&mut self) -> Result<EngineCounters, HostError> {
-        Ok(EngineCounters::default())
-    }
-    fn state_bytes(&mut self) -> Result<usize, HostError> {
-        Ok(0)
-    }
+    idle_engine_methods!();
 }
