@@ -736,6 +736,9 @@ async fn oversized_requests_are_refused_and_counted() {
     assert_eq!(resp.status(), 413);
     assert_eq!(h.http.dropped(DropReason::TooLarge), 2);
 
+    // gRPC: tonic's own refusal (OUT_OF_RANGE) would be retried by OTLP clients, though
+    // the request can never fit; it is final instead (RESOURCE_EXHAUSTED, no RetryInfo).
+    use tonic_types::StatusExt;
     let mut client = LogsServiceClient::connect(h.grpc_url())
         .await
         .expect("connect");
@@ -743,9 +746,79 @@ async fn oversized_requests_are_refused_and_counted() {
         .export(logs_request(200, 0))
         .await
         .expect_err("too large");
-    assert_eq!(err.code(), tonic::Code::OutOfRange);
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(err.get_details_retry_info().is_none(), "{err:?}");
+    assert!(err.message().contains("max_request_bytes"), "{err:?}");
     assert_eq!(h.grpc.dropped(DropReason::TooLarge), 1);
+    // A gzip message under the limit that inflates past it: refused and counted too.
+    assert!(gzip(&big).len() < 2048);
+    let mut client = client.send_compressed(tonic::codec::CompressionEncoding::Gzip);
+    let err = client
+        .export(logs_request(200, 0))
+        .await
+        .expect_err("too large once inflated");
+    assert_eq!(err.code(), tonic::Code::ResourceExhausted, "{err:?}");
+    assert!(err.get_details_retry_info().is_none(), "{err:?}");
+    assert_eq!(h.grpc.dropped(DropReason::TooLarge), 2);
     assert_eq!(h.grpc.received() + h.http.received(), 0);
+}
+
+/// One gRPC request of a raw length-prefixed frame over HTTP/2 (what no client library
+/// sends: a compressed flag over bytes that are not gzip); the `grpc-status` answered.
+async fn raw_grpc_status(addr: std::net::SocketAddr, frame: Vec<u8>) -> i32 {
+    use tonic::codegen::http;
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (client, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut client = client.ready().await.expect("h2 ready");
+    let req = http::Request::post(format!(
+        "http://{addr}/opentelemetry.proto.collector.logs.v1.LogsService/Export"
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-encoding", "gzip")
+    .body(())
+    .expect("request");
+    let (resp, mut send) = client.send_request(req, false).expect("send");
+    send.send_data(frame.into(), true).expect("body");
+    let (parts, mut body) = resp.await.expect("response").into_parts();
+    let in_trailers = match parts.headers.get("grpc-status") {
+        Some(_) => None,
+        None => {
+            // Trailers follow the response message, which must be read first.
+            while let Some(chunk) = body.data().await {
+                let n = chunk.expect("data").len();
+                let _ = body.flow_control().release_capacity(n);
+            }
+            body.trailers().await.expect("trailers")
+        }
+    };
+    let status = parts
+        .headers
+        .get("grpc-status")
+        .or_else(|| in_trailers.as_ref().and_then(|t| t.get("grpc-status")))
+        .expect("grpc-status");
+    status.to_str().expect("ascii").parse().expect("a code")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_grpc_gzip_frame_is_invalid_argument_and_counted() {
+    let h = Harness::start(64, 4 << 20).await;
+    let junk = b"this is not gzip".to_vec();
+    let mut frame = vec![1u8];
+    frame.extend_from_slice(&(junk.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&junk);
+    let code = raw_grpc_status(h.server.grpc_addr.expect("grpc"), frame).await;
+    assert_eq!(code, tonic::Code::InvalidArgument as i32);
+    assert_eq!(h.grpc.decode_errors(), 1);
+    // A valid gzip frame of a valid request still goes through the same path.
+    let body = gzip(&logs_request(3, 0).encode_to_vec());
+    let mut frame = vec![1u8];
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    let code = raw_grpc_status(h.server.grpc_addr.expect("grpc"), frame).await;
+    assert_eq!(code, tonic::Code::Ok as i32);
+    assert_eq!((h.grpc.received(), h.grpc.decode_errors()), (3, 1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,6 +8,8 @@
 use std::convert::Infallible;
 use std::future::{ready, Future, Ready};
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -85,6 +87,9 @@ impl<R: Message + Send + 'static> Codec for RawCodec<R> {
 /// The unary handler: protobuf decode, then the shared ingest path.
 struct Export<S> {
     ingest: Ingest,
+    /// Set when tonic handed over a message: a failed request this stays false for was
+    /// refused by tonic's framing or decompression, before our code saw it.
+    reached: Arc<AtomicBool>,
     _signal: PhantomData<fn() -> S>,
 }
 
@@ -92,6 +97,7 @@ impl<S: Signal> UnaryService<Bytes> for Export<S> {
     type Response = S::Resp;
     type Future = Ready<Result<Response<S::Resp>, Status>>;
     fn call(&mut self, request: Request<Bytes>) -> Self::Future {
+        self.reached.store(true, Ordering::Relaxed);
         let body = request.into_inner();
         if let Some(outcome) = S::handle_bytes(&self.ingest, &body) {
             return ready(to_status(outcome));
@@ -176,22 +182,54 @@ where
             let mut grpc = Grpc::new(RawCodec::<S::Resp>(PhantomData))
                 .apply_compression_config(accept, EnabledCompressionEncodings::default())
                 .apply_max_message_size_config(Some(max), None);
+            let reached = Arc::new(AtomicBool::new(false));
             let export = Export::<S> {
                 ingest: ingest.clone(),
+                reached: reached.clone(),
                 _signal: PhantomData,
             };
             let response = grpc.unary(export, req).await;
-            // Oversized messages are refused by the codec (OUT_OF_RANGE) before the handler.
+            if reached.load(Ordering::Relaxed) {
+                return Ok(response);
+            }
             let status = response
                 .headers()
                 .get(Status::GRPC_STATUS)
                 .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<i32>().ok());
-            if status == Some(Code::OutOfRange as i32) {
-                ingest.sender.stats().add_dropped(DropReason::TooLarge, 1);
+                .and_then(|v| v.parse::<i32>().ok())
+                .map(Code::from_i32);
+            let Some(refusal) = status.and_then(|code| codec_refusal(code, max)) else {
+                return Ok(response);
+            };
+            match refusal.code() {
+                Code::ResourceExhausted => {
+                    ingest.sender.stats().add_dropped(DropReason::TooLarge, 1);
+                }
+                _ => count_malformed(&ingest.sender),
             }
-            Ok(response)
+            Ok(refusal.into_http())
         })
+    }
+}
+
+/// The status that replaces tonic's for a request its codec refused (`None`: leave it).
+///
+/// tonic answers a message over the size limit `OUT_OF_RANGE`, which OTLP clients retry
+/// (a request that can never fit would be resent until the client gives up), and one that
+/// only inflates past it, or whose gzip is corrupt, `RESOURCE_EXHAUSTED` or `INTERNAL`,
+/// neither of which faultline counted. Too large becomes `RESOURCE_EXHAUSTED` without
+/// `RetryInfo` (gRPC's code for a size limit, and final for OTLP clients); a corrupt
+/// frame becomes `INVALID_ARGUMENT`, as a malformed protobuf message is.
+fn codec_refusal(code: Code, max_request_bytes: usize) -> Option<Status> {
+    match code {
+        Code::OutOfRange | Code::ResourceExhausted => Some(Status::resource_exhausted(format!(
+            "request larger than faultline's max_request_bytes ({max_request_bytes} bytes, \
+             after decompression); send smaller batches"
+        ))),
+        Code::Internal => Some(Status::invalid_argument(
+            "malformed gRPC message: corrupt compression or framing",
+        )),
+        _ => None,
     }
 }
 
