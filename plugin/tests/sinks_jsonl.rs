@@ -1,8 +1,11 @@
 //! The JSON-lines sink writes one complete, parseable report per line, flushed at once.
 
 use std::io::{BufRead, BufReader};
+use std::sync::Arc;
+use std::time::Duration;
 
 use faultline::pipeline::report_sink::ReportSink;
+use faultline::pipeline::telemetry::Telemetry;
 use faultline::sinks::jsonl::JsonLinesSink;
 use faultline_engine::report::{
     DecisionPath, EngineCounters, OnsetDistribution, ThreadCounts, Trigger, REPORT_SCHEMA_VERSION,
@@ -42,11 +45,13 @@ fn report(target: &str, verdict: Verdict) -> Report {
 fn each_report_is_one_flushed_line_that_round_trips() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("reports.jsonl");
-    let mut sink = JsonLinesSink::open(Some(&path)).unwrap();
+    let mut sink = JsonLinesSink::open(Some(&path), Arc::default()).unwrap();
     let a = report("db", Verdict::None);
     let b = report("web", Verdict::Internal);
     sink.publish(&a).unwrap();
-    // Visible before any explicit flush or drop: a crash must not lose published reports.
+    // Visible once written, before any explicit flush or drop: a crash must not lose
+    // written reports.
+    assert!(sink.wait_written(Duration::from_secs(30)));
     let lines: Vec<String> = BufReader::new(std::fs::File::open(&path).unwrap())
         .lines()
         .map(Result::unwrap)
@@ -62,8 +67,9 @@ fn each_report_is_one_flushed_line_that_round_trips() {
     assert_eq!(lines, vec![a.clone(), b]);
 
     // Appends: a restarted plugin does not truncate earlier reports.
-    let mut sink = JsonLinesSink::open(Some(&path)).unwrap();
+    let mut sink = JsonLinesSink::open(Some(&path), Arc::default()).unwrap();
     sink.publish(&a).unwrap();
+    assert!(sink.wait_written(Duration::from_secs(30)));
     let n = BufReader::new(std::fs::File::open(&path).unwrap())
         .lines()
         .count();
@@ -103,20 +109,28 @@ impl std::io::Write for Flaky {
 #[test]
 fn a_failed_write_never_joins_the_next_report_to_its_fragment() {
     let out = Flaky::default();
-    let mut sink = JsonLinesSink::new(Box::new(out.clone()));
+    let telemetry = Arc::new(Telemetry::default());
+    let mut sink = JsonLinesSink::new(Box::new(out.clone()), telemetry.clone()).unwrap();
     let reports: Vec<Report> = ["a", "b", "c", "d", "e"]
         .iter()
         .map(|t| report(t, Verdict::External))
         .collect();
-    sink.publish(&reports[0]).expect("a written");
+    // Written by the sink's thread: each waited for, so the budget applies to one report.
+    let mut publish = |r: &Report| {
+        sink.publish(r).expect("queued");
+        assert!(sink.wait_written(Duration::from_secs(30)));
+        sink.stats().failed
+    };
+    assert_eq!(publish(&reports[0]), 0, "a written");
     // b: 100 bytes go out, then the write fails mid-line.
     *out.budget.lock().unwrap() = Some(100);
-    assert!(sink.publish(&reports[1]).is_err());
-    sink.publish(&reports[2]).expect("c written");
+    assert_eq!(publish(&reports[1]), 1, "b failed");
+    assert_eq!(publish(&reports[2]), 1, "c written");
     // d: fails before writing anything, so no fragment and no extra line.
     *out.budget.lock().unwrap() = Some(0);
-    assert!(sink.publish(&reports[3]).is_err());
-    sink.publish(&reports[4]).expect("e written");
+    assert_eq!(publish(&reports[3]), 2, "d failed");
+    assert_eq!(publish(&reports[4]), 2, "e written");
+    assert_eq!(telemetry.sink_errors(), [("json", 2)], "failures counted");
 
     let text = String::from_utf8(out.data.lock().unwrap().clone()).unwrap();
     let lines: Vec<&str> = text.lines().collect();

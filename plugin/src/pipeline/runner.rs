@@ -270,10 +270,15 @@ fn build_sinks(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Sinks, RunErr
     };
     if cfg.sinks.json.enabled {
         let path = cfg.sinks.json.path.as_deref();
-        let sink = JsonLinesSink::open(path).map_err(|source| RunError::Io {
-            what: path.map_or("stdout".into(), |p| p.display().to_string()),
-            source,
-        })?;
+        let sink = JsonLinesSink::open(path, telemetry.clone())
+            .map_err(|source| RunError::Io {
+                what: path.map_or("stdout".into(), |p| p.display().to_string()),
+                source,
+            })?
+            // The final reports are written within the shutdown's limit, or it fails.
+            .with_shutdown_wait(Duration::from_secs_f64(
+                cfg.pipeline.shutdown_timeout_seconds,
+            ));
         list.push(Box::new(sink));
     }
     let otlp = if cfg.sinks.otlp.enabled {
