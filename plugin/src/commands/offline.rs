@@ -16,7 +16,7 @@ use crate::pipeline::router::Router;
 use crate::pipeline::telemetry::{DropReason, Telemetry};
 use crate::pipeline::warn_limit::WarnLimit;
 use crate::sources::input::open_trace;
-use crate::sources::perf::PerfScriptReader;
+use crate::sources::perf::{PerfScriptReader, PerfTraceReader};
 use crate::sources::BatchReader;
 
 /// Inputs below this size get no progress bar (it would only flicker).
@@ -193,7 +193,14 @@ pub fn open_reader(
                 crate::sources::lttng::open(input, arch, stats).with_context(what)?,
             ))
         }
-        InputKind::PerfTrace | InputKind::Auto => {
+        // Opened as said, not sniffed: the user named the format, and a file whose first
+        // lines the sniffer does not know is still read.
+        InputKind::PerfTrace => {
+            let stats = telemetry.source(crate::sources::perf::trace::SOURCE);
+            let reader = PerfTraceReader::open(&spec.path, stats).with_context(what)?;
+            Ok(Box::new(reader))
+        }
+        InputKind::Auto => {
             let name = if spec.path.is_dir() {
                 crate::sources::lttng::reader::SOURCE
             } else {
@@ -319,6 +326,39 @@ mod tests {
             .expect_err("a string for a number")
             .to_string();
         assert!(err.contains("`alpha_seconds`"), "{err}");
+    }
+
+    /// `perf-trace:` opens the `perf trace` reader as said, without sniffing: a file whose
+    /// first lines the sniffer does not know (here, a burst of losses) is still read.
+    #[test]
+    fn perf_trace_input_is_read_as_perf_trace_without_sniffing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("trace.txt");
+        let mut text = "LOST 3 events!\n".repeat(25);
+        text += "   884666.297 ( 0.005 ms): ls/12973 read(fd: 3) = 1\n";
+        std::fs::write(&path, text).unwrap();
+        let spec = |kind| InputSpec {
+            kind,
+            path: path.clone(),
+        };
+        let telemetry = Telemetry::default();
+        let mut reader = open_reader(&spec(InputKind::PerfTrace), Arch::X86_64, &telemetry)
+            .expect("opened as perf trace");
+        let mut events = Vec::new();
+        while let Some(batch) = reader.next_batch().unwrap() {
+            events.extend(batch.events.iter().map(|e| (e.kind, e.duration_ns)));
+        }
+        assert_eq!(events, [(faultline_engine::EventKind::Complete, 5_000)]);
+        let perf = telemetry.source(crate::sources::perf::trace::SOURCE);
+        assert_eq!(perf.dropped(DropReason::KernelLost), 75);
+
+        let err = open_reader(&spec(InputKind::Auto), Arch::X86_64, &telemetry)
+            .err()
+            .expect("auto: sniffs, and knows no line here");
+        assert!(
+            format!("{err:#}").contains("not a recognised trace"),
+            "{err:#}"
+        );
     }
 
     #[test]

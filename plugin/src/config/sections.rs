@@ -80,15 +80,16 @@ impl Default for OtlpSourceSection {
     }
 }
 
-/// `[sources.perf]`: live `perf trace` of running processes or of a command (off by default
-/// because it needs privileges).
+/// `[sources.perf]`: live capture of running processes, a cgroup or a command by
+/// `perf record -q … -k CLOCK_MONOTONIC -o - | perf script -i - --ns --show-lost-events`,
+/// decoded as it streams (off by default because it needs privileges).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PerfSourceConfig {
     pub enabled: bool,
-    /// Trace these processes (`perf trace -p`).
+    /// Trace these processes (`perf record -p`).
     pub pids: Vec<u32>,
-    /// Trace a whole cgroup (`perf trace -G`), e.g. a container's.
+    /// Trace a whole cgroup (`perf record -a -G`), e.g. a container's.
     pub cgroup: Option<String>,
     /// Start and trace this command (argv), instead of attaching.
     pub command: Vec<String>,

@@ -10,7 +10,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use super::child::{ChildStopper, TrackedChild};
 use super::SourceError;
@@ -163,6 +164,7 @@ impl TraceFormat {
             .map(|l| l.trim_ascii())
             .filter(|l| !l.is_empty() && !l.starts_with(b"#"))
             .take(20);
+        let script = super::perf::script_line::LineParser::new();
         for line in lines {
             if line.starts_with(b"[") && memchr::memmem::find(line, b": {").is_some() {
                 return Some(TraceFormat::BabeltraceText);
@@ -172,6 +174,16 @@ impl TraceFormat {
                 || memchr::memmem::find(line, b" syscalls:sys_").is_some()
                 || memchr::memmem::find(line, b" faultline:tcp_segments:").is_some()
             {
+                return Some(TraceFormat::PerfScript);
+            }
+            // The perf sources also record scheduler events and counter samples, and a
+            // busy CPU fills the first lines with them before any syscall: a line the
+            // `perf script` parser takes (its header has a time, so `perf trace` lines
+            // are not taken) names the format too, whatever its event.
+            if !matches!(
+                script.parse(line),
+                super::perf::script_line::Parsed::Malformed
+            ) {
                 return Some(TraceFormat::PerfScript);
             }
             if memchr::memmem::find(line, b" ms): ").is_some()
@@ -217,7 +229,9 @@ pub fn open_trace(
         TraceFormat::PerfScript => Box::new(super::perf::PerfScriptReader::with_progress(
             input, arch, stats, counter,
         )),
-        TraceFormat::PerfTrace => Box::new(super::perf::PerfTraceReader::new(input, stats)),
+        TraceFormat::PerfTrace => Box::new(super::perf::PerfTraceReader::with_progress(
+            input, stats, counter,
+        )),
         TraceFormat::BabeltraceText => {
             Box::new(super::lttng::LttngTextReader::new(input, arch, stats))
         }
@@ -226,6 +240,14 @@ pub fn open_trace(
 
 /// Most stderr bytes of a child tool kept for the error message (its tail matters most).
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
+/// How long the earlier stages of a pipeline get to end on their own once the last stage
+/// ended cleanly. They normally have (their end ended its input); one still running has
+/// nobody reading it, and if idle (a quiet target) it would never write, never see
+/// EPIPE and never end, hanging the source while it looks healthy.
+const UPSTREAM_GRACE: Duration = Duration::from_secs(5);
+/// How long an ended earlier stage's stderr may stay open: a command `perf record` runs
+/// inherits it, and a daemon that command left behind may hold it forever.
+const UPSTREAM_STDERR_WAIT: Duration = Duration::from_secs(1);
 /// Longest stderr line a tap sees whole; the rest of a longer line is cut off.
 const STDERR_LINE_BYTES: usize = 4 * 1024;
 
@@ -281,9 +303,9 @@ pub struct ChildOutput {
     tool: String,
     child: TrackedChild,
     stdout: BufReader<ChildStdout>,
-    stderr: Option<std::thread::JoinHandle<Vec<u8>>>,
+    stderr: Option<StderrCollector>,
     /// Earlier stages of a pipeline (`perf record | perf script`), reaped with the last.
-    upstream: Vec<(String, TrackedChild)>,
+    upstream: Vec<Stage>,
     finished: bool,
     /// The stderr tail once the tool ended, for readers that take its end-of-run summary.
     stderr_tail: StderrTail,
@@ -291,6 +313,14 @@ pub struct ChildOutput {
     /// aborts when its control channel closes under it (a ping thread that could not
     /// start must not end the capture).
     control: Option<std::os::fd::OwnedFd>,
+}
+
+/// An earlier stage of a pipeline: its name in messages (`perf record`), the process, and
+/// the thread collecting its stderr.
+struct Stage {
+    name: String,
+    child: TrackedChild,
+    stderr: Option<StderrCollector>,
 }
 
 /// The tail of a child tool's stderr, filled when the tool has ended (see
@@ -315,8 +345,11 @@ impl ChildOutput {
         Self::spawn_with_stdin_set(cmd, install_hint, Some(tap))
     }
 
-    /// Runs `first | second` and reads `second`'s stdout; `first`'s stderr is inherited
-    /// (its failure still shows, as `second` then sees a broken stream).
+    /// Runs `first | second` and reads `second`'s stdout. `first`'s stderr is captured
+    /// too (inherited, its raw text would break faultline's one-JSON-object-per-line
+    /// logs): each line is logged, and its tail goes into the error when the pipeline
+    /// fails. Stages are named by program and subcommand (`perf record`), as
+    /// both stages run the same program.
     pub fn spawn_pipe(
         first: Command,
         second: Command,
@@ -333,44 +366,67 @@ impl ChildOutput {
         install_hint: &str,
         ping: Option<Ping>,
     ) -> Result<Self, SourceError> {
-        let tool = first.get_program().to_string_lossy().into_owned();
+        let program = first.get_program().to_string_lossy().into_owned();
+        let name = stage_name(&first);
         let stdin = if ping.is_some() {
             Stdio::piped()
         } else {
             Stdio::null()
         };
-        first.stdin(stdin).stdout(Stdio::piped());
+        first
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         // Own process group (as below): a Ctrl-C in faultline's terminal reaches the whole
         // foreground group, and tools killed by it before faultline stops them ended as
         // failures, losing what was still in the pipe and perf's loss tally.
         first.process_group(0);
         let mut head = first
             .spawn()
-            .map_err(|e| spawn_error(&tool, &e, install_hint))?;
+            .map_err(|e| spawn_error(&program, &e, install_hint))?;
         let Some(pipe) = head.stdout.take() else {
             let _ = head.kill();
             let _ = head.wait();
             return Err(SourceError::Tool {
-                tool,
+                tool: name,
                 message: "no stdout pipe".into(),
             });
         };
+        let control = head.stdin.take().map(std::os::fd::OwnedFd::from);
+        let stderr = head.stderr.take().map(|e| {
+            let name = name.clone();
+            // Info, not warn: with `-q` perf record prints only errors (which also end up
+            // in the failure), so what comes here is mostly a traced command's output.
+            let log: StderrTap = Box::new(move |line: &[u8]| {
+                let line = String::from_utf8_lossy(line);
+                if !line.trim().is_empty() {
+                    tracing::info!(tool = %name, "{}", line.trim_end());
+                }
+            });
+            collect_stderr_tail(e, Some(log))
+        });
+        let head = Stage {
+            name,
+            child: TrackedChild::new(head),
+            stderr,
+        };
         let mut second = second;
+        let second_name = stage_name(&second);
         second.stdin(Stdio::from(pipe));
         let mut out = match Self::spawn_with_stdin_set(second, install_hint, None) {
             Ok(out) => out,
             Err(e) => {
-                let _ = head.kill();
-                let _ = head.wait();
+                let mut head = head;
+                head.child.kill_and_reap();
                 return Err(e);
             }
         };
-        if let (Some(ping), Some(stdin)) = (ping, head.stdin.take()) {
-            let stdin = std::os::fd::OwnedFd::from(stdin);
-            ping.start(&stdin, &tool);
-            out.control = Some(stdin);
+        if let (Some(ping), Some(stdin)) = (ping, &control) {
+            ping.start(stdin, &head.name);
         }
-        out.upstream.push((tool, TrackedChild::new(head)));
+        out.control = control;
+        out.tool = second_name;
+        out.upstream.push(head);
         Ok(out)
     }
 
@@ -416,7 +472,8 @@ impl ChildOutput {
         self.child.id()
     }
 
-    /// Reaps the child once its output ended; an error if it failed.
+    /// Reaps the child (and the earlier stages) once its output ended; an error naming
+    /// each stage that failed, with its stderr, if any did.
     fn finish(&mut self) -> io::Result<()> {
         if self.finished {
             return Ok(());
@@ -426,31 +483,111 @@ impl ChildOutput {
         let stderr = self
             .stderr
             .take()
-            .and_then(|h| h.join().ok())
+            .map(StderrCollector::join)
             .unwrap_or_default();
         // Set before the exit checks: a failed tool's summary is still worth reading.
         let _ = self.stderr_tail.set(stderr);
-        let stderr: &[u8] = self.stderr_tail.get().map_or(&[], Vec::as_slice);
-        for (tool, up) in &mut self.upstream {
-            let up_status = up.wait()?;
-            if up.stopped_by_us(up_status) {
-                tracing::debug!(tool = %tool, "stopped as asked");
-            } else if !up_status.success() {
-                return Err(io::Error::other(format!("{tool} failed ({up_status})")));
+        let stopped = self.child.stopped_by_us(status);
+        let failed = !status.success() && !stopped;
+        // An earlier stage's own failure first: it is what broke the later ones' input.
+        let (mut failures, remarks) = self.reap_upstream(failed)?;
+        if stopped {
+            tracing::debug!(tool = %self.tool, "stopped as asked");
+        } else if failed {
+            let stderr: &[u8] = self.stderr_tail.get().map_or(&[], Vec::as_slice);
+            failures.push(failure(&self.tool, status, stderr));
+        }
+        failures.extend(remarks);
+        if failures.is_empty() {
+            Ok(())
+        } else {
+            Err(io::Error::other(failures.join("; ")))
+        }
+    }
+
+    /// Reaps the earlier stages of a pipeline whose last stage has ended; `failed`: it
+    /// ended by failing. Nothing reads their output any more: an idle one would never
+    /// notice (see [`UPSTREAM_GRACE`]), so they are stopped at once after a failure, else
+    /// after the grace. Returns how each that failed on its own failed, and what those
+    /// stopped after a failure said (it may tell the cause).
+    fn reap_upstream(&mut self, failed: bool) -> io::Result<(Vec<String>, Vec<String>)> {
+        let (mut failures, mut remarks) = (Vec::new(), Vec::new());
+        if self.upstream.is_empty() {
+            return Ok((failures, remarks));
+        }
+        let stopper = self.stopper();
+        let watchdog = if failed {
+            stopper.terminate();
+            None
+        } else {
+            stop_after(stopper, UPSTREAM_GRACE, &self.tool)
+        };
+        for stage in &mut self.upstream {
+            let status = stage.child.wait()?;
+            let stderr = stage
+                .stderr
+                .take()
+                .map(|c| c.join_within(UPSTREAM_STDERR_WAIT))
+                .unwrap_or_default();
+            if stage.child.stopped_by_us(status) {
+                tracing::debug!(tool = %stage.name, "stopped as asked");
+                if failed && !stderr.trim_ascii().is_empty() {
+                    remarks.push(format!(
+                        "{} (stopped) said: {}",
+                        stage.name,
+                        summarize_stderr(&stderr)
+                    ));
+                }
+            } else if !status.success() {
+                failures.push(failure(&stage.name, status, &stderr));
             }
         }
-        if status.success() {
-            return Ok(());
+        // Dropped: the watchdog stands down (a stage already reaped is never signalled).
+        drop(watchdog);
+        Ok((failures, remarks))
+    }
+}
+
+/// How stage `tool` failed, with the useful part of its stderr.
+fn failure(tool: &str, status: std::process::ExitStatus, stderr: &[u8]) -> String {
+    let said = summarize_stderr(stderr);
+    if said.is_empty() {
+        format!("{tool} failed ({status})")
+    } else {
+        format!("{tool} failed ({status}): {said}")
+    }
+}
+
+/// Terminates what `stopper` stops unless the returned sender is dropped within `grace`
+/// (see [`UPSTREAM_GRACE`]); `after` names the stage whose end started the wait. At once
+/// if no thread can wait: a stop is better than a hang.
+fn stop_after(
+    stopper: ChildStopper,
+    grace: Duration,
+    after: &str,
+) -> Option<std::sync::mpsc::Sender<()>> {
+    let (done, wait) = std::sync::mpsc::channel::<()>();
+    let after = after.to_owned();
+    let stages = stopper.clone();
+    let spawned = std::thread::Builder::new()
+        .name("faultline-reap".into())
+        .spawn(move || {
+            let timed_out = matches!(
+                wait.recv_timeout(grace),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+            );
+            if timed_out && stages.terminate() > 0 {
+                tracing::warn!(
+                    "{after} ended but the stages feeding it still ran after {grace:?}: stopped them"
+                );
+            }
+        });
+    match spawned {
+        Ok(_) => Some(done),
+        Err(_) => {
+            stopper.terminate();
+            None
         }
-        if self.child.stopped_by_us(status) {
-            tracing::debug!(tool = %self.tool, "stopped as asked");
-            return Ok(());
-        }
-        Err(io::Error::other(format!(
-            "{} failed ({status}): {}",
-            self.tool,
-            summarize_stderr(stderr)
-        )))
     }
 }
 
@@ -486,7 +623,7 @@ impl ChildOutput {
         if self.upstream.is_empty() {
             self.child.stopper()
         } else {
-            ChildStopper::join(self.upstream.iter().map(|(_, c)| c.stopper()))
+            ChildStopper::join(self.upstream.iter().map(|s| s.child.stopper()))
         }
     }
 }
@@ -496,10 +633,25 @@ impl Drop for ChildOutput {
         if !self.finished {
             // Stopping early (shutdown, error): don't leave the tool running or a zombie.
             self.child.kill_and_reap();
-            for (_, up) in &mut self.upstream {
-                up.kill_and_reap();
+            for stage in &mut self.upstream {
+                stage.child.kill_and_reap();
             }
         }
+    }
+}
+
+/// A pipeline stage's name in messages: its program, and its subcommand when the first
+/// argument is one (`perf record`, `perf script`: both stages run `perf`).
+fn stage_name(cmd: &Command) -> String {
+    let program = cmd.get_program().to_string_lossy();
+    let subcommand = cmd.get_args().next().and_then(|a| a.to_str()).filter(|a| {
+        a.bytes().next().is_some_and(|c| c.is_ascii_alphabetic())
+            && a.bytes()
+                .all(|c| c.is_ascii_alphanumeric() || c == b'-' || c == b'_')
+    });
+    match subcommand {
+        Some(sub) => format!("{program} {sub}"),
+        None => program.into_owned(),
     }
 }
 
@@ -515,13 +667,46 @@ fn spawn_error(tool: &str, e: &io::Error, install_hint: &str) -> SourceError {
     }
 }
 
-/// Collects a child's stderr on a thread, keeping only its last [`STDERR_TAIL_BYTES`].
+/// A thread collecting a child's stderr, keeping only its last [`STDERR_TAIL_BYTES`].
+struct StderrCollector {
+    tail: Arc<Mutex<Vec<u8>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl StderrCollector {
+    /// The tail once the stream has closed (every holder of its write end has exited).
+    fn join(self) -> Vec<u8> {
+        let _ = self.thread.join();
+        take_tail(&self.tail)
+    }
+
+    /// The tail once the stream has closed, or what came until `wait` has passed: a
+    /// stream inherited by a process that outlives the tool must not block the reaping.
+    fn join_within(self, wait: Duration) -> Vec<u8> {
+        let deadline = Instant::now() + wait;
+        while !self.thread.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if self.thread.is_finished() {
+            return self.join();
+        }
+        take_tail(&self.tail)
+    }
+}
+
+fn take_tail(tail: &Mutex<Vec<u8>>) -> Vec<u8> {
+    std::mem::take(&mut *tail.lock().unwrap_or_else(|e| e.into_inner()))
+}
+
+/// Collects a child's stderr on a thread (see [`StderrCollector`]), passing each line to
+/// `tap` too.
 fn collect_stderr_tail(
     mut err: std::process::ChildStderr,
     mut tap: Option<StderrTap>,
-) -> std::thread::JoinHandle<Vec<u8>> {
-    std::thread::spawn(move || {
-        let mut tail = Vec::new();
+) -> StderrCollector {
+    let tail = Arc::new(Mutex::new(Vec::new()));
+    let shared = tail.clone();
+    let thread = std::thread::spawn(move || {
         let mut buf = [0u8; 4096];
         let mut lines = LineSplitter::default();
         while let Ok(n) = err.read(&mut buf) {
@@ -531,16 +716,18 @@ fn collect_stderr_tail(
             if let Some(tap) = tap.as_mut() {
                 lines.feed(chunk, tap);
             }
+            let mut tail = shared.lock().unwrap_or_else(|e| e.into_inner());
             tail.extend_from_slice(chunk);
             if tail.len() > STDERR_TAIL_BYTES {
-                tail.drain(..tail.len() - STDERR_TAIL_BYTES);
+                let cut = tail.len() - STDERR_TAIL_BYTES;
+                tail.drain(..cut);
             }
         }
         if let Some(tap) = tap.as_mut() {
             lines.finish(tap);
         }
-        tail
-    })
+    });
+    StderrCollector { tail, thread }
 }
 
 /// Splits a byte stream into lines for a [`StderrTap`], each cut at [`STDERR_LINE_BYTES`].
@@ -792,6 +979,159 @@ mod tests {
         assert_eq!(TraceFormat::sniff(b"hello\nworld\n"), None);
         let tcp = b"nginx 1/1 2.5: faultline:tcp_segments: sent=1 retransmitted=0\n";
         assert_eq!(TraceFormat::sniff(tcp), Some(TraceFormat::PerfScript));
+    }
+
+    /// A `perf script` file of a busy machine: scheduler records fill the first lines.
+    #[test]
+    fn a_perf_script_file_starting_with_scheduler_records_is_recognised() {
+        let mut text = String::new();
+        for i in 0..15u32 {
+            text += &format!(
+                "  postgres  2474/2474 [001] 70400.{i:06}: sched:sched_stat_runtime: comm=postgres pid=2474 runtime=33043 [ns]\n\
+                 \x20 postgres  2474/2474 [001] 70400.{i:06}: sched:sched_switch: prev_comm=postgres prev_pid=2474 prev_prio=120 prev_state=S ==> next_comm=swapper/1 next_pid=0 next_prio=120\n"
+            );
+        }
+        text +=
+            "  postgres  2474/2474 [001] 70401.000001: raw_syscalls:sys_enter: NR 0 (3, 0, 0)\n\
+                 \x20 postgres  2474/2474 [001] 70401.000002: raw_syscalls:sys_exit: NR 0 = 1\n";
+        assert_eq!(
+            TraceFormat::sniff(text.as_bytes()),
+            Some(TraceFormat::PerfScript)
+        );
+        // Other perf events (a sample of another counter, a loss record) say it too, and
+        // no `perf trace` line passes for one.
+        for line in [
+            "bash 10/10 1.000001: sched:sched_wakeup: comm=x pid=3 prio=120 target_cpu=001\n",
+            "bash 10/10 1.000001: 20000 branch-misses: ffffffff81000000 x ([kernel.kallsyms])\n",
+            "bash 10/10 1.000001: PERF_RECORD_LOST lost 5\n",
+        ] {
+            assert_eq!(
+                TraceFormat::sniff(line.as_bytes()),
+                Some(TraceFormat::PerfScript),
+                "{line}"
+            );
+        }
+        for line in [
+            "LOST 2412 events!\n",
+            "     0.770 (         ): sh/12976 vfork()            ...\n",
+            "         ? (         ): sh/12976  ... [continued]: execve())   = 0\n",
+        ] {
+            assert_ne!(
+                TraceFormat::sniff(line.as_bytes()),
+                Some(TraceFormat::PerfScript),
+                "{line}"
+            );
+        }
+
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("busy.txt");
+        std::fs::write(&p, &text).unwrap();
+        let stats = Arc::new(crate::pipeline::telemetry::SourceStats::new("perf"));
+        let mut r = open_trace(&p, faultline_engine::syscalls::Arch::X86_64, stats.clone())
+            .expect("recognised as perf script");
+        let mut kinds = std::collections::BTreeMap::new();
+        while let Some(b) = r.next_batch().unwrap() {
+            for e in &b.events {
+                *kinds.entry(format!("{:?}", e.kind)).or_insert(0) += 1;
+            }
+        }
+        assert_eq!(stats.decode_errors(), 0);
+        assert_eq!(kinds.get("Enter"), Some(&1));
+        assert_eq!(kinds.get("Exit"), Some(&1));
+        assert_eq!(kinds.values().sum::<i32>(), 32, "{kinds:?}");
+    }
+
+    /// A directory with `perf` (a link to `sh`) and the scripts its subcommands run, so
+    /// pipeline stages are named as the real ones are (`…/perf record`).
+    fn fake_perf(record: &str, script: &str) -> (tempfile::TempDir, Command, Command) {
+        let dir = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/bin/sh", dir.path().join("perf")).unwrap();
+        // Read by sh as scripts, never executed: no "text file busy" from a parallel fork.
+        std::fs::write(dir.path().join("record"), record).unwrap();
+        std::fs::write(dir.path().join("script"), script).unwrap();
+        let stage = |sub| {
+            let mut cmd = Command::new(dir.path().join("perf"));
+            cmd.arg(sub).current_dir(dir.path());
+            cmd
+        };
+        let (first, second) = (stage("record"), stage("script"));
+        (dir, first, second)
+    }
+
+    /// `perf script` dying on its own while `perf record` idles (a quiet target): the
+    /// recorder never writes, so never sees EPIPE; the end must not wait on it.
+    #[test]
+    fn a_last_stage_failing_on_its_own_stops_the_idle_first_and_names_itself() {
+        // The first stage's stderr line comes before its stdout line, which the last
+        // stage waits for: what it said is surely in.
+        let (_dir, record, script) = fake_perf(
+            "echo 'waiting for events' >&2; echo ready; exec sleep 30\n",
+            "read line; echo 'cannot parse header' >&2; exit 3\n",
+        );
+        let started = Instant::now();
+        let mut out = ChildOutput::spawn_pipe(record, script, "sh").unwrap();
+        let mut all = String::new();
+        let err = out.read_to_string(&mut all).unwrap_err().to_string();
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+        // It was stopped by us: that is no failure of its own, but what it said may tell
+        // why the last stage failed.
+        assert!(
+            err.contains("perf script failed (exit status: 3): cannot parse header; ")
+                && err.ends_with("perf record (stopped) said: waiting for events"),
+            "{err}"
+        );
+        assert!(!err.contains("perf record failed"), "{err}");
+        assert_eq!(out.stopper().terminate(), 0, "reaped");
+    }
+
+    /// The same with a clean end: the idle first stage is stopped after the grace.
+    #[test]
+    fn a_last_stage_ending_cleanly_on_its_own_does_not_hang_on_the_first() {
+        let (_dir, record, script) = fake_perf("exec sleep 30\n", "echo done\n");
+        let started = Instant::now();
+        let mut out = ChildOutput::spawn_pipe(record, script, "sh").unwrap();
+        let mut all = String::new();
+        out.read_to_string(&mut all).unwrap();
+        assert_eq!(all, "done\n");
+        let took = started.elapsed();
+        assert!(
+            took >= UPSTREAM_GRACE && took < UPSTREAM_GRACE + Duration::from_secs(5),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn a_failing_first_stage_is_named_with_its_stderr() {
+        let (_dir, record, script) = fake_perf(
+            "echo 'Error: perf_event_open: Permission denied' >&2; exit 255\n",
+            "exec cat\n",
+        );
+        let mut out = ChildOutput::spawn_pipe(record, script, "sh").unwrap();
+        let mut all = String::new();
+        let err = out.read_to_string(&mut all).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "perf record failed (exit status: 255): Error: perf_event_open: Permission denied"
+            ),
+            "{err}"
+        );
+        assert!(!err.contains("perf script failed"), "{err}");
+    }
+
+    #[test]
+    fn stages_are_named_by_program_and_subcommand() {
+        let mut perf = Command::new("perf");
+        perf.args(["record", "-q"]);
+        assert_eq!(stage_name(&perf), "perf record");
+        let mut sh = Command::new("sh");
+        sh.args(["-c", "true"]);
+        assert_eq!(stage_name(&sh), "sh");
+        assert_eq!(stage_name(Command::new("sleep").arg("30")), "sleep");
+        assert_eq!(stage_name(&Command::new("cat")), "cat");
     }
 
     #[test]

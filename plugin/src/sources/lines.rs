@@ -5,6 +5,10 @@
 //! A line is at most [`MAX_LINE_BYTES`]: a longer one (a corrupt file, a runaway writer)
 //! is skipped up to its newline without being buffered and counted as undecodable, so
 //! memory never grows with the input.
+//!
+//! A read error (a truncated `.gz`/`.zst` file, a tool that failed) ends the input like
+//! its end does: the events decoded before it are handed out first, and only then the
+//! error, so they reach the engine instead of vanishing with the dropped reader.
 
 use std::io::{self, BufRead};
 
@@ -71,7 +75,8 @@ pub(crate) trait LineDecoder {
     /// Line `line_no` was over [`MAX_LINE_BYTES`] and skipped; `head` is its start.
     /// Counted as an undecodable line.
     fn line_too_long(&mut self, line_no: u64, head: &[u8]);
-    /// The input ended (after its last line, before the held events are flushed).
+    /// The input ended, or failed (after its last line, before the held events are
+    /// flushed).
     fn at_end(&mut self) {}
 }
 
@@ -85,6 +90,8 @@ pub(crate) struct LineInput<R> {
     line_no: u64,
     bytes: u64,
     eof: bool,
+    /// The read error that ended the input, reported once the events before it are out.
+    failed: Option<io::Error>,
     /// Flush held events whenever the input runs dry (live pipes: a quiet target's events
     /// must not wait for the next burst).
     live: bool,
@@ -101,6 +108,7 @@ impl<R: BufRead> LineInput<R> {
             line_no: 0,
             bytes: 0,
             eof: false,
+            failed: None,
             live: false,
             what,
         }
@@ -124,7 +132,20 @@ impl<R: BufRead> LineInput<R> {
         self.line_no
     }
 
+    /// Ends the input on read error `e`: the held events become ready batches, handed out
+    /// before the error. A line cut by the error is dropped undecoded: its tail (a return
+    /// value, a syscall number) may be missing, which would decode into a wrong event.
+    fn fail(&mut self, decoder: &mut impl LineDecoder, e: io::Error) {
+        self.eof = true;
+        self.failed = Some(e);
+        self.line.clear();
+        self.overlong = false;
+        decoder.at_end();
+        decoder.batcher().flush_all();
+    }
+
     /// Decodes lines into `decoder` until a batch is ready (returned) or the input ends.
+    /// After a read error, the batches decoded before it come first, then the error once.
     pub(crate) fn next_batch(
         &mut self,
         decoder: &mut impl LineDecoder,
@@ -138,13 +159,22 @@ impl<R: BufRead> LineInput<R> {
             if let Some(batch) = decoder.batcher().pop_ready() {
                 return Ok(Some(batch));
             }
+            if let Some(e) = self.failed.take() {
+                return Err(io_err(e));
+            }
             if self.eof {
                 return Ok(None);
             }
             if !self.line.is_empty() {
                 // Finish a line that straddled two buffer fills.
-                let n = read_line_capped(&mut self.input, &mut self.line, &mut self.overlong)
-                    .map_err(io_err)?;
+                let n = match read_line_capped(&mut self.input, &mut self.line, &mut self.overlong)
+                {
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.fail(decoder, e);
+                        continue;
+                    }
+                };
                 self.bytes += n as u64;
                 self.line_no += 1;
                 if std::mem::take(&mut self.overlong) {
@@ -161,7 +191,14 @@ impl<R: BufRead> LineInput<R> {
                 continue;
             }
             // Fast path: parse whole lines in place in the input's buffer (no copy).
-            let buf = self.input.fill_buf().map_err(io_err)?;
+            let buf = match self.input.fill_buf() {
+                Ok(buf) => buf,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    self.fail(decoder, e);
+                    continue;
+                }
+            };
             if buf.is_empty() {
                 self.eof = true;
                 decoder.at_end();
@@ -217,6 +254,14 @@ mod tests {
     impl LineDecoder for Seen {
         fn line(&mut self, line_no: u64, line: &[u8]) {
             self.lines.push((line_no, line.to_vec()));
+            let event = faultline_engine::SyscallEvent::enter(
+                1,
+                1,
+                faultline_engine::SyscallId::UNKNOWN,
+                line_no,
+            );
+            self.batcher
+                .push(crate::sources::perf::batcher::Owner::Comm(b"t"), event);
         }
         fn line_too_long(&mut self, line_no: u64, head: &[u8]) {
             self.too_long.push((line_no, head.len()));
@@ -256,6 +301,50 @@ mod tests {
             lines.line.capacity()
         );
         assert_eq!(lines.bytes(), text.len() as u64);
+    }
+
+    fn seen() -> Seen {
+        Seen {
+            batcher: Batcher::new("perf", Arc::new(SourceStats::new("perf"))),
+            lines: Vec::new(),
+            too_long: Vec::new(),
+        }
+    }
+
+    /// Hands out its text, then fails as a truncated compressed file does.
+    struct Truncated(&'static [u8]);
+
+    impl io::Read for Truncated {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "cut short"));
+            }
+            let n = self.0.len().min(buf.len());
+            let (head, rest) = self.0.split_at(n);
+            buf[..n].copy_from_slice(head);
+            self.0 = rest;
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn events_decoded_before_a_read_error_are_handed_out_before_it() {
+        // Cut at a line end (the error comes on a fresh fill) and inside a line (it comes
+        // while a straddling line is completed; that cut line is not decoded).
+        for text in [&b"one\ntwo\n"[..], b"one\ntwo\nthr"] {
+            let input = BufReader::with_capacity(4096, Truncated(text));
+            let mut lines = LineInput::new(input, "test");
+            let mut seen = seen();
+            let batch = lines
+                .next_batch(&mut seen)
+                .unwrap()
+                .expect("the decoded events");
+            assert_eq!(batch.events.len(), 2);
+            let err = lines.next_batch(&mut seen).unwrap_err().to_string();
+            assert!(err.contains("cut short") && err.contains("test"), "{err}");
+            assert!(lines.next_batch(&mut seen).unwrap().is_none());
+            assert_eq!(seen.lines.len(), 2);
+        }
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use crate::sources::perf::batcher::clamp_comm;
+
 /// Threads remembered at most, so memory stays bounded. Threads are forgotten on
 /// `sched_process_free`, but traces often lack that event: when the table is full, the
 /// threads seen longest ago make room (see `Threads::make_room`).
@@ -19,7 +21,8 @@ pub const MAX_CPUS: usize = 4096;
 pub struct ThreadInfo {
     /// Thread-group id, when a fork or state-dump event told it.
     pub pid: Option<u32>,
-    /// The thread's own name (`comm`), as last seen.
+    /// The thread's own name (`comm`), as last seen; cut like the kernel's (see
+    /// [`crate::sources::perf::batcher::MAX_COMM_BYTES`]).
     pub comm: Vec<u8>,
     /// A syscall of this thread was seen: only such threads get scheduler records, so
     /// kernel threads (which make none) never become targets of their own.
@@ -115,7 +118,7 @@ impl Threads {
         if pid.is_some() {
             info.pid = pid;
         }
-        if let Some(comm) = comm {
+        if let Some(comm) = comm.map(clamp_comm) {
             if info.comm != comm {
                 info.comm.clear();
                 info.comm.extend_from_slice(comm);
@@ -212,6 +215,19 @@ mod tests {
         t.note_syscall(101);
         assert_eq!(t.evicted, 2);
         assert!(t.threads.len() <= 16);
+    }
+
+    #[test]
+    fn a_huge_name_from_a_malformed_event_is_stored_cut() {
+        let mut t = Threads::default();
+        let huge = vec![b'n'; 1 << 20];
+        t.update(1, Some(1), Some(&huge));
+        t.switch_in(0, 2, Some(&huge), 10);
+        for tid in [1, 2] {
+            let comm = &t.get(tid).unwrap().comm;
+            assert_eq!(comm, &huge[..crate::sources::perf::batcher::MAX_COMM_BYTES]);
+            assert!(comm.capacity() < 1024, "{}", comm.capacity());
+        }
     }
 
     #[test]

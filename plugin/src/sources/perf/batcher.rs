@@ -22,6 +22,28 @@ pub const MAX_GROUPS: usize = 4096;
 /// Trace time after which held events are flushed, so live streams stay near real time.
 pub const FLUSH_AFTER_NS: u64 = 1_000_000_000;
 
+/// Longest process name kept, in bytes. Linux names are at most 15 bytes (`TASK_COMM_LEN`,
+/// 16, counts the NUL): a longer one comes from a malformed line. Kept whole (up to a
+/// line's [`crate::sources::lines::MAX_LINE_BYTES`]) in every process group and thread
+/// entry, such names would let one corrupt file pin gigabytes; cut, they still show what
+/// the line said.
+pub const MAX_COMM_BYTES: usize = 16;
+
+/// `comm` cut to [`MAX_COMM_BYTES`], at a UTF-8 character boundary so the name does not
+/// end in a broken character (names are bytes: a cut through non-UTF-8 stays a byte cut).
+pub fn clamp_comm(comm: &[u8]) -> &[u8] {
+    if comm.len() <= MAX_COMM_BYTES {
+        return comm;
+    }
+    // A cut is at a boundary when the byte after it is no continuation byte (10xxxxxx);
+    // a UTF-8 character has at most three of them.
+    let end = (MAX_COMM_BYTES - 3..=MAX_COMM_BYTES)
+        .rev()
+        .find(|&end| comm.get(end).is_some_and(|b| b & 0xC0 != 0x80))
+        .unwrap_or(MAX_COMM_BYTES);
+    comm.get(..end).unwrap_or(comm)
+}
+
 /// Who a line belongs to: the process id when the trace has it, else only the command name
 /// (perf's default field set and `perf trace` print thread ids only).
 #[derive(Clone, Copy, Debug)]
@@ -195,6 +217,7 @@ impl Batcher {
         }
         match owner {
             Owner::Pid { pid, comm, leader } => {
+                let comm = clamp_comm(comm);
                 let cached = match self.last_pid {
                     Some((last, idx)) if last == pid => Some(idx),
                     _ => self.by_pid.get(&pid).copied(),
@@ -210,6 +233,7 @@ impl Batcher {
                 idx
             }
             Owner::Comm(comm) => {
+                let comm = clamp_comm(comm);
                 if let Some(&idx) = self.by_comm.get(comm) {
                     return idx;
                 }
@@ -405,6 +429,34 @@ mod tests {
         assert_eq!(batches.len(), 1);
         assert_eq!(batches[0].process.comm.as_deref(), Some("mariadbd"));
         assert_eq!(batches[0].events.len(), 4);
+    }
+
+    #[test]
+    fn names_are_cut_to_the_kernels_length_at_a_character_boundary() {
+        assert_eq!(clamp_comm(b"mariadbd"), b"mariadbd");
+        assert_eq!(clamp_comm(&[b'x'; 40]), &[b'x'; MAX_COMM_BYTES][..]);
+        // `€` is 3 bytes: one starting at byte 15 would be cut in two, so it goes whole.
+        let euro = "aaaaaaaaaaaaaaa€uro";
+        assert_eq!(clamp_comm(euro.as_bytes()), &euro.as_bytes()[..15]);
+        // Not UTF-8: continuation bytes all the way, cut at the byte.
+        assert_eq!(clamp_comm(&[0x80; 20]), &[0x80; MAX_COMM_BYTES][..]);
+    }
+
+    #[test]
+    fn a_huge_name_from_a_malformed_line_is_stored_cut() {
+        let mut b = Batcher::new("perf", Arc::new(SourceStats::new("perf")));
+        let huge = vec![b'n'; crate::sources::lines::MAX_LINE_BYTES - 100];
+        for i in 0..3 {
+            b.push(Owner::Comm(&huge), ev(7, 7, i));
+            b.push(pid5(&huge, true), ev(5, 5, i));
+        }
+        assert_eq!(b.by_comm.keys().map(Vec::len).collect::<Vec<_>>(), [16]);
+        let batches = drain(&mut b);
+        assert_eq!(batches.len(), 2);
+        for batch in &batches {
+            assert_eq!(batch.process.comm.as_deref(), Some("nnnnnnnnnnnnnnnn"));
+            assert_eq!(batch.events.len(), 3);
+        }
     }
 
     #[test]

@@ -27,8 +27,8 @@ pub enum PerfTarget {
     Pids(Vec<u32>),
     /// Every process of a cgroup (v2 path relative to the cgroup root, e.g. `system.slice/db.service`).
     Cgroup(String),
-    /// A command started under perf; its stdout goes to our stderr so it cannot corrupt the
-    /// trace stream on stdout.
+    /// A command started under perf; its stdout goes to perf's stderr so it cannot corrupt
+    /// the trace stream on stdout (faultline logs that stderr line by line).
     Command(Vec<String>),
     /// All processes (heavy: every syscall of the machine).
     SystemWide,

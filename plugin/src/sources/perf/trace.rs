@@ -15,6 +15,7 @@
 //! carry `pid = tid`. Failed calls show as `-1 ENOENT (...)`: `ret` is then -1, not -errno.
 
 use std::io::BufRead;
+use std::path::Path;
 use std::sync::Arc;
 
 use faultline_engine::{SyscallEvent, SyscallId};
@@ -24,6 +25,7 @@ use super::batcher::{Batcher, Owner};
 use super::{DecodeLog, LostLog};
 use crate::model::EventBatch;
 use crate::pipeline::telemetry::SourceStats;
+use crate::sources::input::{open_counted, ByteCounter};
 use crate::sources::lines::read_line_capped;
 use crate::sources::{BatchReader, SourceError};
 
@@ -191,8 +193,14 @@ pub struct PerfTraceReader<R> {
     line_no: u64,
     bytes: u64,
     eof: bool,
+    /// The read error that ended the input, reported once the events before it are out
+    /// (a truncated file must not lose what was decoded up to the cut).
+    failed: Option<std::io::Error>,
     log: DecodeLog,
     lost: LostLog,
+    /// Raw (still compressed) bytes read, when given: what progress compares with the
+    /// file size.
+    raw_bytes: Option<ByteCounter>,
 }
 
 impl<R: BufRead + Send> PerfTraceReader<R> {
@@ -207,9 +215,29 @@ impl<R: BufRead + Send> PerfTraceReader<R> {
             line_no: 0,
             bytes: 0,
             eof: false,
+            failed: None,
             log: DecodeLog::new(SOURCE),
             lost: LostLog::new(SOURCE),
+            raw_bytes: None,
         }
+    }
+
+    /// A reader whose [`BatchReader::bytes_read`] reports `counter` (raw file bytes from
+    /// [`open_counted`]) instead of text bytes, so progress compares with the file size
+    /// of a compressed trace too.
+    pub fn with_progress(input: R, stats: Arc<SourceStats>, counter: ByteCounter) -> Self {
+        let mut reader = Self::new(input, stats);
+        reader.raw_bytes = Some(counter);
+        reader
+    }
+}
+
+impl PerfTraceReader<Box<dyn BufRead + Send>> {
+    /// Opens a recorded `perf trace` text file (plain, `.zst`, `.gz`, or `-` for stdin)
+    /// without sniffing its format: the caller said what it is.
+    pub fn open(path: &Path, stats: Arc<SourceStats>) -> Result<Self, SourceError> {
+        let (input, counter) = open_counted(path)?;
+        Ok(Self::with_progress(input, stats, counter))
     }
 }
 
@@ -232,16 +260,27 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
             if let Some(batch) = self.batcher.pop_ready() {
                 return Ok(Some(batch));
             }
+            if let Some(source) = self.failed.take() {
+                return Err(SourceError::Io {
+                    what: "perf trace input".into(),
+                    source,
+                });
+            }
             if self.eof {
                 return Ok(None);
             }
             self.line.clear();
-            let n = read_line_capped(&mut self.input, &mut self.line, &mut self.overlong).map_err(
-                |source| SourceError::Io {
-                    what: "perf trace input".into(),
-                    source,
-                },
-            )?;
+            let n = match read_line_capped(&mut self.input, &mut self.line, &mut self.overlong) {
+                Ok(n) => n,
+                Err(e) => {
+                    // The held events go out first; a line cut by the error is dropped
+                    // (its return value may be missing).
+                    self.eof = true;
+                    self.failed = Some(e);
+                    self.batcher.flush_all();
+                    continue;
+                }
+            };
             if n == 0 {
                 self.eof = true;
                 self.batcher.flush_all();
@@ -279,7 +318,7 @@ impl<R: BufRead + Send> BatchReader for PerfTraceReader<R> {
     }
 
     fn bytes_read(&self) -> u64 {
-        self.bytes
+        self.raw_bytes.as_ref().map_or(self.bytes, ByteCounter::get)
     }
 }
 
