@@ -55,15 +55,15 @@ pub fn throttled(top: Option<&RankedSyscall>) -> String {
 }
 
 /// The hint of an anomaly the TCP account shows as packet loss (see
-/// [`crate::net_loss::LossTest`]): the path to name, with the shares that say so, since
-/// the calls may show nothing at all.
-pub fn packet_loss(share_before: f64, share_after: f64, top: Option<&RankedSyscall>) -> String {
-    let base = format!(
-        "Packets are being lost: the service's network namespace retransmitted {:.2} % of the TCP segments it sent, against {:.3} % before (check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",
-        share_after * 100.0,
-        share_before * 100.0
-    );
-    with_top(&base, Verdict::External, top)
+/// [`crate::net_loss::LossTest`]): the path to name, since the calls may show nothing at
+/// all. The shares that say so are in the report's `tcp_retransmits`, not here: the hint
+/// is a metric label (see [`with_top`]).
+pub fn packet_loss(top: Option<&RankedSyscall>) -> String {
+    with_top(
+        "Packets are being lost: the service's network namespace retransmits a rising share of the TCP segments it sends (see tcp_retransmits; check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",
+        Verdict::External,
+        top,
+    )
 }
 
 /// The hint of an anomaly during which the target's threads waited in page faults (see
@@ -81,14 +81,13 @@ pub fn paging(verdict: Verdict, top: Option<&RankedSyscall>) -> String {
     with_top(base, verdict, top)
 }
 
+/// `base` and the top-ranked syscall's name. Not its increase, which is in the ranked
+/// list: the hint is the `hint` label of `faultline_diagnosis_info`, and a number that
+/// changes every report would make a new series every cadence while an anomaly lasts.
 fn with_top(base: &str, verdict: Verdict, top: Option<&RankedSyscall>) -> String {
     match (verdict, top) {
         (Verdict::None, _) | (_, None) => base.to_string(),
-        (_, Some(t)) => format!(
-            "{base} Most increased: {} (+{:.0} %).",
-            t.syscall,
-            t.increase_ratio * 100.0
-        ),
+        (_, Some(t)) => format!("{base} Most increased: {}.", t.syscall),
     }
 }
 
@@ -142,6 +141,25 @@ mod tests {
             let h = hint_for(v, Subsystem::DiskIo, None);
             assert!(h.ends_with('.') && h.len() > 20);
         }
+    }
+
+    #[test]
+    fn a_hint_does_not_change_with_the_measured_numbers() {
+        // The hint is a metric label: the same finding must give the same text.
+        let top = |ratio: f64| RankedSyscall {
+            syscall: "pread64".into(),
+            increase_ratio: ratio,
+            subsystem: Subsystem::DiskIo,
+        };
+        let (a, b) = (top(0.53), top(12.5));
+        for v in [Verdict::External, Verdict::Internal] {
+            let h = hint_for(v, Subsystem::DiskIo, Some(&a));
+            assert_eq!(h, hint_for(v, Subsystem::DiskIo, Some(&b)));
+            assert!(h.ends_with("Most increased: pread64."), "{h}");
+            assert_eq!(paging(v, Some(&a)), paging(v, Some(&b)));
+        }
+        assert_eq!(throttled(Some(&a)), throttled(Some(&b)));
+        assert_eq!(packet_loss(Some(&a)), packet_loss(Some(&b)));
     }
 
     #[test]

@@ -1909,8 +1909,8 @@ impl Target {
         let quota = diff.verdict == Verdict::External && cpu_taken.is_some_and(|c| c.throttled);
         let names_loss =
             packet_loss || (lossy_external && subsystem == crate::report::Subsystem::NetworkIo);
-        let mut hint = if let Some(l) = tcp_retransmits.filter(|_| names_loss) {
-            crate::advice::packet_loss(l.share_before, l.share_after, top_time.first())
+        let mut hint = if tcp_retransmits.is_some() && names_loss {
+            crate::advice::packet_loss(top_time.first())
         } else if paging && diff.verdict != Verdict::None {
             crate::advice::paging(diff.verdict, top_time.first())
         } else if quota {
