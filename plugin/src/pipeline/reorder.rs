@@ -16,6 +16,8 @@
 //! but leave when they end). A single-process target waits for nothing; a process that
 //! stops sending stops holding the others back after [`ACTIVE_WALL`]; none is waited for
 //! longer than `max_lag` of event time behind the target's newest active process.
+//! Records more than the engine's clock bound from the target's newest go on at once
+//! for the engine's screen to judge, moving nothing here ([`Held::screen`]).
 //!
 //! Memory: at most [`MAX_HELD_EVENTS`] records wait, over all targets; past that the
 //! older half of the target holding most is fed (in order, counted), so a flood costs
@@ -26,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use faultline_engine::clock_screen::{JUMP_CONFIRM_EVENTS, MAX_CLOCK_JUMP_NS};
 use faultline_engine::{EventKind, SyscallEvent};
 
 use crate::sources::MAX_BATCH_EVENTS;
@@ -62,6 +65,9 @@ struct Held {
     /// The newest record fed so far: a record released older than it came too late to be
     /// put in order.
     fed_ns: u64,
+    /// Records in a row more than the engine's clock bound from `newest_ns`, with none
+    /// near it in between (see [`Reorder::push`]).
+    far_run: u64,
 }
 
 /// What one process of a target sent last.
@@ -130,7 +136,58 @@ impl Held {
     }
 }
 
+/// What [`Held::screen`] found beyond the clock bound.
+enum Far {
+    /// Nothing: the batch is all near the target's newest record.
+    None,
+    /// These records (taken out of the batch) are far off: they go to the engine at once,
+    /// which counts them as clock outliers, and move nothing here.
+    Passed(Vec<SyscallEvent>),
+    /// Enough far records in a row that the clock itself jumped.
+    Jumped,
+}
+
 impl Held {
+    /// Takes out of a time-ordered batch the records more than the engine's clock bound
+    /// ([`MAX_CLOCK_JUMP_NS`]) from the target's newest record. Unscreened, one record
+    /// stamped days ahead (a garbage time, a host clock far off) would become the newest:
+    /// the watermark would follow it, every other record would go at once unordered, and
+    /// every later one would count as late for as long as faultline runs. As in the
+    /// engine's screen, [`JUMP_CONFIRM_EVENTS`] such records in a row with none near
+    /// say the senders' clock really moved.
+    fn screen(&mut self, events: &mut Vec<SyscallEvent>) -> Far {
+        if self.newest_ns == 0 {
+            return Far::None;
+        }
+        let lo_ns = self.newest_ns.saturating_sub(MAX_CLOCK_JUMP_NS);
+        let hi_ns = self.newest_ns.saturating_add(MAX_CLOCK_JUMP_NS);
+        let lo = events.partition_point(|e| e.ts_ns < lo_ns);
+        let hi = events.partition_point(|e| e.ts_ns <= hi_ns).max(lo);
+        if lo == 0 && hi == events.len() {
+            self.far_run = 0;
+            return Far::None;
+        }
+        if hi > lo {
+            self.far_run = 0;
+        } else {
+            self.far_run = self.far_run.saturating_add(events.len() as u64);
+            if self.far_run >= JUMP_CONFIRM_EVENTS {
+                return Far::Jumped;
+            }
+        }
+        let mut far = events.split_off(hi);
+        far.splice(0..0, events.drain(..lo));
+        Far::Passed(far)
+    }
+
+    /// Forgets the old time after a confirmed jump of the senders' clock (nothing held).
+    fn restart_clock(&mut self) {
+        self.newest_ns = 0;
+        self.fed_ns = 0;
+        self.far_run = 0;
+        self.processes.clear();
+    }
+
     /// Removes and returns, in time order, every record at or before `cutoff_ns`
     /// (everything with `None`).
     fn take_until(&mut self, cutoff_ns: Option<u64>) -> Vec<SyscallEvent> {
@@ -230,6 +287,23 @@ impl Reorder {
         let max_lag_ns = self.max_lag_ns;
         let h = self.held.entry(target.clone()).or_default();
         h.source = source;
+        let mut released = Vec::new();
+        match h.screen(&mut events) {
+            Far::None => {}
+            Far::Passed(far) => released.push((target.clone(), (source, chunks(far)))),
+            Far::Jumped => {
+                // The senders' clock itself moved: what waits belongs to the old time,
+                // and the new time starts afresh (as the engine's screen restarts).
+                let old = h.take_until(None);
+                self.total -= old.len();
+                released.push((target.clone(), (source, chunks(old))));
+                h.restart_clock();
+            }
+        }
+        if events.is_empty() {
+            released.retain(|(_, (_, c))| !c.is_empty());
+            return released;
+        }
         let oldest = events.first().map_or(0, |e| e.ts_ns);
         let newest = events.last().map_or(0, |e| e.ts_ns);
         h.newest_ns = h.newest_ns.max(newest);
@@ -239,7 +313,7 @@ impl Reorder {
         h.runs.push(events);
         let out = h.take_until(Some(h.watermark(now, max_lag_ns)));
         self.total -= out.len();
-        let mut released = vec![(target.clone(), (source, chunks(out)))];
+        released.push((target.clone(), (source, chunks(out))));
         while self.total > MAX_HELD_EVENTS - MAX_BATCH_EVENTS {
             self.overflows += 1;
             released.push(self.release_oldest_of_largest());
@@ -460,6 +534,75 @@ mod tests {
         assert_eq!(times(&rest).len(), 8);
         assert_eq!(r.held(), 0);
         assert!(r.flush("db").1.is_empty());
+    }
+
+    #[test]
+    fn a_record_stamped_far_off_neither_releases_nor_delays_the_rest() {
+        let mut r = Reorder::new(30.0);
+        let t: Arc<str> = Arc::from("api");
+        let now = Instant::now();
+        // Seconds of a clock well past the screen's hour.
+        let at = |s: u64| 100_000 * S + s * S;
+        push(&mut r, &t, "otlp_grpc", 1, vec![ev(1, at(0))], now);
+        assert!(push(&mut r, &t, "otlp_grpc", 2, vec![ev(2, at(1))], now).is_empty());
+        // Process 2's garbage times (a day ahead, and the epoch) go to the engine at once
+        // (its screen counts them); its near record waits, and so do process 1's.
+        let out = push(
+            &mut r,
+            &t,
+            "otlp_grpc",
+            2,
+            vec![ev(2, at(2)), ev(2, at(86_400)), ev(2, 3)],
+            now,
+        );
+        let mut got = times(&out);
+        got.sort_unstable();
+        assert_eq!(got, vec![3, at(86_400)]);
+        let out = push(
+            &mut r,
+            &t,
+            "otlp_grpc",
+            1,
+            (1..10).map(|s| ev(1, at(s))).collect(),
+            now,
+        );
+        assert_eq!(times(&out), vec![at(1), at(1), at(2), at(2)]);
+        assert_eq!(r.held(), 7);
+        assert_eq!(r.late(), 0);
+    }
+
+    #[test]
+    fn a_jump_of_the_senders_clock_starts_the_order_afresh() {
+        let mut r = Reorder::new(30.0);
+        let t: Arc<str> = Arc::from("api");
+        let now = Instant::now();
+        let later = 10 * 86_400 * S;
+        push(&mut r, &t, "otlp_http", 1, vec![ev(1, 5 * S)], now);
+        assert!(push(&mut r, &t, "otlp_http", 2, vec![ev(2, 6 * S)], now).is_empty());
+        // A run of records far ahead, none near: passed on until it confirms a jump.
+        let run = JUMP_CONFIRM_EVENTS / 2;
+        let far = |pid: u32, from: u64| -> Vec<_> {
+            (0..run).map(|i| ev(pid, later + (from + i) * S)).collect()
+        };
+        assert_eq!(push(&mut r, &t, "otlp_http", 1, far(1, 0), now).len(), 1);
+        assert_eq!(r.held(), 1);
+        // The jump: what waited (second 6) goes first, then the new time from scratch.
+        let out = push(&mut r, &t, "otlp_http", 2, far(2, run), now);
+        let got = times(&out);
+        assert_eq!(got.first(), Some(&(6 * S)));
+        assert_eq!(got.len() as u64, 1 + run);
+        // Afterwards the new time is ordered as before, and nothing counted late.
+        assert!(push(
+            &mut r,
+            &t,
+            "otlp_http",
+            1,
+            vec![ev(1, later + 200 * S)],
+            now
+        )
+        .is_empty());
+        assert_eq!(r.held(), 1);
+        assert_eq!(r.late(), 0);
     }
 
     #[test]
