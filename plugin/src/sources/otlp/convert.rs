@@ -1,6 +1,7 @@
 //! Whole OTLP export requests → per-process [`EventBatch`]es plus the tallies the receiver
 //! reports back (partial success) and counts (telemetry).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
 
@@ -244,6 +245,35 @@ pub(crate) fn process_info<A: Attrs + ?Sized>(
     }
 }
 
+/// The process of one record: its resource's, unless the record sets a process-level
+/// attribute itself (`service.name`, `host.name`, `process.executable.name`), which wins
+/// over the resource's (docs/otlp-mapping.md): a Collector transform may put them on
+/// each record, and routing by `service_names` needs them. The record's pid already
+/// wins in [`map_record`].
+pub(crate) fn record_process<'p, R, A>(
+    names: &OtlpAttributeNames,
+    record: &R,
+    layered: &A,
+    resource: &'p ProcessInfo,
+) -> Cow<'p, ProcessInfo>
+where
+    R: Attrs + ?Sized,
+    A: Attrs + ?Sized,
+{
+    let own = [
+        &names.service_name,
+        &names.host_name,
+        &names.process_executable_name,
+    ]
+    .into_iter()
+    .any(|k| record.get(k).is_some());
+    if own {
+        Cow::Owned(process_info(names, layered))
+    } else {
+        Cow::Borrowed(resource)
+    }
+}
+
 fn resource_attrs(r: &Option<Resource>) -> &[KeyValue] {
     r.as_ref().map(|r| r.attributes.as_slice()).unwrap_or(&[])
 }
@@ -269,8 +299,9 @@ pub(crate) fn logs(
             } else {
                 rec.observed_time_unix_nano
             };
+            let own = record_process(names, rec.attributes.as_slice(), &attrs, &process);
             g.add(
-                &process,
+                &own,
                 map_record(names, &attrs, RecordTime::Instant(t), None),
             );
         }
@@ -298,7 +329,8 @@ pub(crate) fn traces(
                 start_ns: span.start_time_unix_nano,
                 end_ns: span.end_time_unix_nano,
             };
-            g.add(&process, map_record(names, &attrs, t, Some(&span.name)));
+            let own = record_process(names, span.attributes.as_slice(), &attrs, &process);
+            g.add(&own, map_record(names, &attrs, t, Some(&span.name)));
         }
     }
     g.finish()
@@ -361,6 +393,40 @@ mod tests {
             assert_eq!(b.process.service_name.as_deref(), Some("db"));
             assert!(b.events.iter().all(|e| e.pid == 77));
         }
+    }
+
+    #[test]
+    fn a_record_s_own_process_attributes_win_over_its_resource_s() {
+        let mut req = request(2);
+        let records = &mut req.resource_logs[0].scope_logs[0].log_records;
+        records[0]
+            .attributes
+            .push(kv("service.name", Value::StringValue("api".into())));
+        records[1]
+            .attributes
+            .push(kv("host.name", Value::StringValue("node-7".into())));
+        let d = logs("otlp_http", &OtlpAttributeNames::default(), &req);
+        let got: Vec<_> = d
+            .batches
+            .iter()
+            .map(|b| {
+                (
+                    b.process.service_name.as_deref(),
+                    b.process.host.as_deref(),
+                    b.process.pid,
+                    b.events.len(),
+                )
+            })
+            .collect();
+        // The record's service, the resource's pid; the other keeps the resource's
+        // service with its own host.
+        assert_eq!(
+            got,
+            vec![
+                (Some("api"), None, Some(77), 1),
+                (Some("db"), Some("node-7"), Some(77), 1)
+            ]
+        );
     }
 
     #[test]

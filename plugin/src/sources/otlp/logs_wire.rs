@@ -14,7 +14,7 @@
 //! the caller decodes with prost — the reference path, which also words the errors.
 
 use super::attributes::{AttrValue, Attrs, Layered, OtlpAttributeNames};
-use super::convert::{process_info, Decoded, Grouper};
+use super::convert::{process_info, record_process, Decoded, Grouper};
 use super::record::{map_record, RecordTime};
 use super::wire::{Fields, Unsupported};
 use crate::sources::MAX_BATCH_EVENTS;
@@ -151,8 +151,9 @@ fn scope_logs<'a>(
                     first: rec_attrs.as_slice(),
                     then: res_attrs,
                 };
+                let own = record_process(names, rec_attrs.as_slice(), &attrs, process);
                 g.add(
-                    process,
+                    &own,
                     map_record(names, &attrs, RecordTime::Instant(t), None),
                 );
             }
@@ -487,6 +488,38 @@ mod tests {
         };
         let fast = logs("otlp_grpc", &names, &body).expect("walk handles it");
         assert_eq!(fast.events, 0);
+        assert_eq!(Some(summary(&fast)), via_prost(&names, &body));
+    }
+
+    #[test]
+    fn record_level_process_attributes_decode_identically_without_prost() {
+        let mut req = varied_request();
+        for (i, rec) in req
+            .resource_logs
+            .iter_mut()
+            .flat_map(|r| r.scope_logs.iter_mut())
+            .flat_map(|s| s.log_records.iter_mut())
+            .enumerate()
+        {
+            match i % 3 {
+                0 => rec.attributes.push(text("service.name", "moved")),
+                1 => rec
+                    .attributes
+                    .push(text("process.executable.name", "worker")),
+                _ => {}
+            }
+        }
+        let body = req.encode_to_vec();
+        let names = OtlpAttributeNames::default();
+        let fast = logs("otlp_grpc", &names, &body).expect("walk handles it");
+        assert!(fast
+            .batches
+            .iter()
+            .any(|b| b.process.service_name.as_deref() == Some("moved")));
+        assert!(fast
+            .batches
+            .iter()
+            .any(|b| b.process.comm.as_deref() == Some("worker")));
         assert_eq!(Some(summary(&fast)), via_prost(&names, &body));
     }
 
