@@ -45,3 +45,36 @@ fn a_bad_config_fails_naming_the_key() {
         "{err}"
     );
 }
+
+/// What systemd's `ExecStartPre=faultline check-config` must stop: configs `run` would
+/// fail to start with, or start with and never deliver from.
+#[test]
+fn configs_run_cannot_start_fail_the_check() {
+    for (text, key) in [
+        (
+            "[sinks.prometheus]\nlisten = \"0.0.0.0:4318\"\n",
+            "sinks.prometheus.listen: `0.0.0.0:4318` and sources.otlp.http (`127.0.0.1:4318`) cannot both listen on port 4318",
+        ),
+        (
+            "[sinks.otlp]\nenabled = true\nendpoint = \"https://collector:4317\"\n",
+            "sinks.otlp.endpoint: `https://collector:4317`: this build of faultline has no TLS support",
+        ),
+        (
+            "[sinks.otlp]\nenabled = true\nendpoint = \"collector:4317\"\n",
+            "sinks.otlp.endpoint: must be a URL with its scheme, like `http://collector:4317`",
+        ),
+        (
+            "[sources.perf]\nenabled = true\ncgroup = \"\"\n",
+            "sources.perf.cgroup: must name a cgroup",
+        ),
+    ] {
+        let (ok, out, err) = check(text, "toml");
+        assert!(!ok, "{text}: {out}");
+        assert!(err.contains(key), "{text}: {err}");
+    }
+    let (ok, _, err) = check(
+        "[sinks.otlp]\nenabled = true\nendpoint = \"http://collector:4317\"\n",
+        "toml",
+    );
+    assert!(ok, "{err}");
+}

@@ -551,3 +551,201 @@ fn how_otlp_listeners_are_turned_off() {
         Some("127.0.0.1:4318")
     );
 }
+
+/// Listeners `run` would bind together must not take the same port: `check-config` is what
+/// systemd runs before `run`, so it has to fail where the bind would.
+#[test]
+fn enabled_listeners_cannot_share_a_port() {
+    for (text, msg) in [
+        (
+            "[sinks.prometheus]\nlisten = \"127.0.0.1:4317\"\n",
+            "sinks.prometheus.listen: `127.0.0.1:4317` and sources.otlp.grpc (`127.0.0.1:4317`) cannot both listen on port 4317: the same address",
+        ),
+        (
+            "[sources.otlp]\ngrpc = \"0.0.0.0:4318\"\n",
+            "sources.otlp.http: `127.0.0.1:4318` and sources.otlp.grpc (`0.0.0.0:4318`) cannot both listen on port 4318: `0.0.0.0` listens on every IPv4 address",
+        ),
+        (
+            "[sources.otlp]\nhttp = \"[::]:9464\"\n",
+            "sinks.prometheus.listen: `127.0.0.1:9464` and sources.otlp.http (`[::]:9464`) cannot both listen on port 9464: `[::]` listens on every IPv6 and IPv4 address",
+        ),
+    ] {
+        assert_eq!(err_of(text, ConfigFormat::Toml), msg, "{text}");
+    }
+    let e = load_from_str(
+        None,
+        ConfigFormat::Toml,
+        env(&[("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "0.0.0.0:4318")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("sinks.prometheus.listen: `0.0.0.0:4318` and sources.otlp.http"),
+        "{e}"
+    );
+
+    // A listener that is off binds nothing; port 0 picks a free port each time; other
+    // addresses or another family of the same port are separate sockets.
+    for text in [
+        "[sources.otlp]\nenabled = false\n[sinks.prometheus]\nlisten = \"127.0.0.1:4317\"\n",
+        "[sinks.prometheus]\nenabled = false\nlisten = \"127.0.0.1:4317\"\n",
+        "[sources.otlp]\ngrpc = \"127.0.0.1:0\"\nhttp = \"127.0.0.1:0\"\n[sinks.prometheus]\nlisten = \"0.0.0.0:0\"\n",
+        "[sources.otlp]\ngrpc = \"127.0.0.2:4317\"\n[sinks.prometheus]\nlisten = \"127.0.0.1:4317\"\n",
+        "[sources.otlp]\ngrpc = \"[::1]:9464\"\n",
+    ] {
+        if let Err(e) = load_from_str(Some(text), ConfigFormat::Toml, no_env()) {
+            panic!("{text}: {e}");
+        }
+    }
+    let cfg = load_from_str(
+        Some("sources:\n  otlp:\n    grpc: null\nsinks:\n  prometheus:\n    listen: \"127.0.0.1:4317\"\n"),
+        ConfigFormat::Yaml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.sinks.prometheus.listen, "127.0.0.1:4317");
+}
+
+/// This build's OTLP exporters speak plain `http://` only (no TLS feature), and the gRPC
+/// one takes a URL without a scheme for `https://`.
+#[test]
+fn otlp_sink_endpoint_must_be_a_plain_http_url() {
+    for (endpoint, msg) in [
+        (
+            "collector:4317",
+            "sinks.otlp.endpoint: must be a URL with its scheme, like `http://collector:4317`, got `collector:4317`",
+        ),
+        (
+            "https://collector:4317",
+            "sinks.otlp.endpoint: `https://collector:4317`: this build of faultline has no TLS support",
+        ),
+        (
+            "unix:///run/otel.sock",
+            "sinks.otlp.endpoint: scheme `unix` is not supported",
+        ),
+    ] {
+        let e = err_of(
+            &format!("[sinks.otlp]\nenabled = true\nendpoint = \"{endpoint}\"\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(e.starts_with(msg), "{endpoint}: {e}");
+    }
+    let e = err_of(
+        "[sinks.otlp]\nenabled = true\nprotocol = \"http\"\nendpoint = \"collector:4318\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(e.contains("like `http://collector:4318`"), "{e}");
+
+    for (text, env_pairs) in [
+        (
+            "[sinks.otlp]\nenabled = true\nendpoint = \"http://collector:4317\"\n",
+            &[][..],
+        ),
+        (
+            "[sinks.otlp]\nenabled = true\nprotocol = \"http\"\nendpoint = \"http://10.0.0.5:4318/\"\n",
+            &[][..],
+        ),
+        // The default endpoint, and a disabled sink's endpoint (never used).
+        ("[sinks.otlp]\nenabled = true\n", &[][..]),
+        ("[sinks.otlp]\nendpoint = \"https://collector:4317\"\n", &[][..]),
+        (
+            "",
+            &[
+                ("FAULTLINE_SINKS__OTLP__ENABLED", "true"),
+                ("FAULTLINE_SINKS__OTLP__ENDPOINT", "http://collector:4317"),
+            ][..],
+        ),
+    ] {
+        if let Err(e) = load_from_str(Some(text), ConfigFormat::Toml, env(env_pairs)) {
+            panic!("{text} {env_pairs:?}: {e}");
+        }
+    }
+}
+
+/// `perf record -G ""` fails only when `run` starts perf.
+#[test]
+fn an_empty_perf_cgroup_is_refused() {
+    let e = err_of(
+        "[sources.perf]\nenabled = true\ncgroup = \"\"\n",
+        ConfigFormat::Toml,
+    );
+    assert!(
+        e.starts_with("sources.perf.cgroup: must name a cgroup"),
+        "{e}"
+    );
+    let e = load_from_str(
+        Some("[sources.perf]\nenabled = true\ncgroup = \"system.slice/db.service\"\n"),
+        ConfigFormat::Toml,
+        env(&[("FAULTLINE_SOURCES__PERF__CGROUP", " ")]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.starts_with("sources.perf.cgroup: must name a cgroup"),
+        "{e}"
+    );
+    for text in [
+        "[sources.perf]\nenabled = true\ncgroup = \"system.slice/db.service\"\n",
+        // Off: nothing is traced, nothing to refuse.
+        "[sources.perf]\ncgroup = \"\"\n",
+    ] {
+        if let Err(e) = load_from_str(Some(text), ConfigFormat::Toml, no_env()) {
+            panic!("{text}: {e}");
+        }
+    }
+}
+
+/// List keys take comma-separated items from the environment, one item included.
+#[test]
+fn environment_overrides_set_list_keys() {
+    let perf = |pairs: &[(&str, &str)]| {
+        load_from_str(
+            Some("[sources.perf]\nenabled = true\npids = [1]\n"),
+            ConfigFormat::Toml,
+            env(pairs),
+        )
+        .map(|c| c.sources.perf)
+        .map_err(|e| e.to_string())
+    };
+    let p = perf(&[("FAULTLINE_SOURCES__PERF__PIDS", "1234")]).unwrap();
+    assert_eq!(p.pids, vec![1234]);
+    let p = perf(&[("FAULTLINE_SOURCES__PERF__PIDS", "1234,5678, 42")]).unwrap();
+    assert_eq!(p.pids, vec![1234, 5678, 42]);
+    // An empty value clears the file's list, so the environment can switch to a command.
+    let p = perf(&[
+        ("FAULTLINE_SOURCES__PERF__PIDS", ""),
+        (
+            "FAULTLINE_SOURCES__PERF__COMMAND",
+            "/usr/bin/stress-ng,--cpu,2,--timeout,10s",
+        ),
+    ])
+    .unwrap();
+    assert!(p.pids.is_empty());
+    assert_eq!(
+        p.command,
+        ["/usr/bin/stress-ng", "--cpu", "2", "--timeout", "10s"]
+    );
+    let p = perf(&[
+        ("FAULTLINE_SOURCES__PERF__PIDS", ""),
+        ("FAULTLINE_SOURCES__PERF__COMMAND", "true"),
+    ])
+    .unwrap();
+    assert_eq!(p.command, ["true"], "one word that looks like a boolean");
+
+    let e = perf(&[("FAULTLINE_SOURCES__PERF__PIDS", "1234,,5678")]).unwrap_err();
+    assert!(
+        e.starts_with("sources.perf.pids[1]: empty item in FAULTLINE_SOURCES__PERF__PIDS"),
+        "{e}"
+    );
+    let e = perf(&[("FAULTLINE_SOURCES__PERF__PIDS", "1234,db")]).unwrap_err();
+    assert!(e.starts_with("sources.perf.pids[1]"), "{e}");
+
+    // Other keys keep their commas.
+    let cfg = load_from_str(
+        None,
+        ConfigFormat::Toml,
+        env(&[("FAULTLINE_SINKS__OTLP__SERVICE_NAME", "faultline,eu-1")]),
+    )
+    .unwrap();
+    assert_eq!(cfg.sinks.otlp.exporter.service_name, "faultline,eu-1");
+}

@@ -1,6 +1,8 @@
 //! Reading the config: file (TOML or YAML) first, then `FAULTLINE_…__…` environment
 //! variables on top, then strict deserialization that reports the exact key path.
 
+mod env_lists;
+
 use std::collections::HashMap;
 use std::path::Path;
 
@@ -66,13 +68,21 @@ pub fn load_from_str(
     if let Some(t) = text {
         builder = builder.add_source(File::from_str(t, format.file_format()));
     }
+    let (lists, scalars) = env_lists::split_lists(overrides(env))?;
     builder = builder.add_source(
         Environment::with_prefix(ENV_PREFIX)
             .prefix_separator("_")
             .separator(ENV_SEPARATOR)
             .try_parsing(true)
-            .source(Some(overrides(env))),
+            .source(Some(scalars)),
     );
+    // Overrides are applied after every source, so these win over the file like the rest
+    // of the environment does.
+    for (key, items) in lists {
+        builder = builder
+            .set_override(key, items)
+            .map_err(|e| ConfigError::Parse(e.to_string()))?;
+    }
     let raw = builder
         .build()
         .map_err(|e| ConfigError::Parse(e.to_string()))?;

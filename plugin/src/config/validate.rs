@@ -1,8 +1,11 @@
 //! Checks across keys that serde cannot express: parameter ranges (per target, after
-//! overrides), socket addresses, unique target names, and sources that need a setting.
+//! overrides), listen addresses that can all be bound at once, the OTLP push endpoint,
+//! unique target names, and sources that need a setting.
+
+mod listeners;
+mod otlp_endpoint;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
 
 use super::{Config, ConfigError};
 
@@ -26,6 +29,7 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     pipeline(cfg)?;
     sources(cfg)?;
     sinks(cfg)?;
+    listeners::check(cfg)?;
     Ok(())
 }
 
@@ -154,14 +158,6 @@ const MIN_SILENT_AFTER: f64 = 5.0;
 
 fn sources(cfg: &Config) -> Result<(), ConfigError> {
     let s = &cfg.sources;
-    for (key, v) in [
-        ("sources.otlp.grpc", &s.otlp.receiver.grpc),
-        ("sources.otlp.http", &s.otlp.receiver.http),
-    ] {
-        if let Some(v) = v {
-            address(key, v)?;
-        }
-    }
     let perf_targets = usize::from(!s.perf.pids.is_empty())
         + usize::from(s.perf.cgroup.is_some())
         + usize::from(!s.perf.command.is_empty());
@@ -206,6 +202,20 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    // perf's `-G ""` is refused only once `run` starts perf; and an empty value is what an
+    // operator tries when an environment override cannot unset the key.
+    if s.perf.enabled
+        && s.perf
+            .cgroup
+            .as_deref()
+            .is_some_and(|c| c.trim().is_empty())
+    {
+        return Err(ConfigError::invalid(
+            "sources.perf.cgroup",
+            "must name a cgroup, e.g. `system.slice/mariadb.service`, got an empty string \
+             (to trace pids or a command instead, remove the key from the file)",
+        ));
+    }
     if s.perf.enabled && perf_targets != 1 {
         return Err(ConfigError::invalid(
             "sources.perf",
@@ -235,9 +245,11 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
 
 fn sinks(cfg: &Config) -> Result<(), ConfigError> {
     let p = &cfg.sinks.prometheus;
-    address("sinks.prometheus.listen", &p.listen)?;
     series_caps("sinks.prometheus", p.max_targets, p.max_syscalls)?;
     let o = &cfg.sinks.otlp.exporter;
+    if cfg.sinks.otlp.enabled {
+        otlp_endpoint::check(o)?;
+    }
     series_caps("sinks.otlp", o.max_targets, o.max_syscalls)?;
     for (key, v) in [
         ("sinks.otlp.interval_seconds", o.interval_seconds),
@@ -268,16 +280,6 @@ fn series_caps(section: &str, max_targets: usize, max_syscalls: usize) -> Result
         ));
     }
     Ok(())
-}
-
-/// A listen address must be a literal `ip:port` so we never resolve names at startup.
-fn address(key: &str, v: &str) -> Result<SocketAddr, ConfigError> {
-    v.parse::<SocketAddr>().map_err(|e| {
-        ConfigError::invalid(
-            key,
-            format!("must be an `ip:port` address, got `{v}` ({e})"),
-        )
-    })
 }
 
 fn seconds(key: &str, v: f64) -> Result<(), ConfigError> {
