@@ -232,6 +232,33 @@ fn an_invalid_config_stops_startup_with_the_key_named() {
     assert!(err.contains("pipeline.queue_capacity"), "{err}");
 }
 
+/// A port another process holds (validation cannot know): the error names the key to change.
+#[test]
+fn a_port_in_use_stops_startup_with_the_listeners_key_named() {
+    let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = held.local_addr().unwrap().to_string();
+    for (var, key) in [
+        (
+            "FAULTLINE_SINKS__PROMETHEUS__LISTEN",
+            "sinks.prometheus.listen",
+        ),
+        ("FAULTLINE_SOURCES__OTLP__GRPC", "sources.otlp.grpc"),
+        ("FAULTLINE_SOURCES__OTLP__HTTP", "sources.otlp.http"),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_faultline"));
+        cmd.arg("run")
+            .env("FAULTLINE_ENGINE__KIND", "native")
+            .env("FAULTLINE_SINKS__PROMETHEUS__LISTEN", "127.0.0.1:0")
+            .env("FAULTLINE_SOURCES__OTLP__GRPC", "127.0.0.1:0")
+            .env("FAULTLINE_SOURCES__OTLP__HTTP", "127.0.0.1:0")
+            .env(var, &port);
+        let out = cmd.output().unwrap();
+        assert!(!out.status.success(), "{key}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(key) && err.contains(&port), "{key}: {err}");
+    }
+}
+
 #[test]
 fn a_real_lttng_trace_flows_through_babeltrace2_into_final_reports() {
     let Some(trace) = traces::get("lttng/bug446190") else {

@@ -40,7 +40,7 @@ pub enum RunError {
     Config(#[from] ConfigError),
     #[error("cannot start the engine: {0}")]
     Engine(String),
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr} (sinks.prometheus.listen): {source}")]
     Listen {
         addr: String,
         source: std::io::Error,

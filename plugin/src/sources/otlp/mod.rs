@@ -73,7 +73,10 @@ impl Default for OtlpSourceConfig {
 /// Why the receiver could not start or stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum OtlpSourceError {
-    #[error("cannot listen for OTLP/{proto} on {addr}: {source}")]
+    #[error(
+        "cannot listen for OTLP/{proto} on {addr} (sources.otlp.{}): {source}",
+        if *proto == "gRPC" { "grpc" } else { "http" }
+    )]
     Bind {
         proto: &'static str,
         addr: String,
