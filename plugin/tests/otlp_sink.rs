@@ -231,6 +231,10 @@ async fn push_and_check(protocol: OtlpProtocol) {
     });
     telemetry.set_reorder(7, 5, 1);
     telemetry.add_guest_restart();
+    // As `EngineTask::new` does: the engine thread runs.
+    telemetry
+        .engine_alive_flag()
+        .store(true, std::sync::atomic::Ordering::Relaxed);
 
     let cfg = OtlpSinkConfig {
         endpoint: Some(endpoint),
@@ -453,6 +457,7 @@ async fn push_and_check(protocol: OtlpProtocol) {
         last_point(&captured, "faultline_guest_restarts", &[]),
         Some(1.0)
     );
+    assert_eq!(last_point(&captured, "faultline_engine_up", &[]), Some(1.0));
 
     let logs = log_records(&captured);
     let verdicts: Vec<(&str, &str)> = logs
@@ -495,14 +500,77 @@ async fn push_and_check(protocol: OtlpProtocol) {
         first.body.as_ref().and_then(|b| b.value.clone()),
         Some(any_value::Value::StringValue("external fault".into()))
     );
-    let resource = c_resource_service(&captured);
-    assert_eq!(resource.as_deref(), Some("faultline"));
+    // N hosts pushing to one collector stay apart: the resource names the host, on the
+    // metrics and on the verdict records.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    let host = host.trim();
+    assert!(!host.is_empty());
+    for key in ["service.instance.id", "host.name"] {
+        assert_eq!(
+            metrics_resource(&captured, key).as_deref(),
+            Some(host),
+            "{key}"
+        );
+        assert_eq!(
+            logs_resource(&captured, key).as_deref(),
+            Some(host),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        metrics_resource(&captured, "service.name").as_deref(),
+        Some("faultline")
+    );
 }
 
-fn c_resource_service(c: &Captured) -> Option<String> {
+/// The string attribute `key` of the first metrics request's resource.
+fn metrics_resource(c: &Captured, key: &str) -> Option<String> {
     let reqs = c.metrics.lock().unwrap();
     let r = reqs.first()?.resource_metrics.first()?.resource.as_ref()?;
-    str_attr(&r.attributes, "service.name").map(str::to_string)
+    str_attr(&r.attributes, key).map(str::to_string)
+}
+
+/// The string attribute `key` of the first logs request's resource.
+fn logs_resource(c: &Captured, key: &str) -> Option<String> {
+    let reqs = c.logs.lock().unwrap();
+    let r = reqs.first()?.resource_logs.first()?.resource.as_ref()?;
+    str_attr(&r.attributes, key).map(str::to_string)
+}
+
+/// What the final push says of the engine thread once it ended: 0 when it died while
+/// faultline ran (FaultlineEngineDown must fire in an OTLP-fed setup), nothing after the
+/// drain of a shutdown (a pushed 0 would stay in the backend and page for a planned stop).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_engine_is_pushed_as_down_a_drained_one_is_left_out() {
+    for drained in [false, true] {
+        let captured = Captured::default();
+        let endpoint = grpc_collector(captured.clone(), "127.0.0.1:0").await;
+        let telemetry = Arc::new(Telemetry::default());
+        if drained {
+            telemetry.set_engine_drained();
+        }
+        let cfg = OtlpSinkConfig {
+            endpoint: Some(endpoint),
+            interval_seconds: 60,
+            ..OtlpSinkConfig::default()
+        };
+        let sink = OtlpSink::start(cfg, telemetry).expect("sink starts");
+        tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+            .await
+            .expect("shutdown finishes")
+            .expect("final flush succeeds");
+        assert_eq!(
+            last_point(&captured, "faultline_targets", &[]),
+            Some(0.0),
+            "the final push reached the collector"
+        );
+        let want = (!drained).then_some(0.0);
+        assert_eq!(
+            last_point(&captured, "faultline_engine_up", &[]),
+            want,
+            "drained: {drained}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

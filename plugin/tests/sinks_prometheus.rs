@@ -615,3 +615,59 @@ fn counter_records_of_the_engine_are_exported() {
         Some(2.0)
     );
 }
+
+/// `faultline_engine_up` follows the real engine thread: 1 while it runs, 0 once it ended
+/// (here because its queue closed; a panic clears the same flag). Without it nothing on
+/// `/metrics` shows a dead engine: sources keep counting events as received.
+#[test]
+fn the_engine_thread_being_up_is_exported() {
+    use std::time::Duration;
+
+    use faultline::engine_host::NativeHost;
+    use faultline::pipeline::engine_task::EngineTask;
+    use faultline::pipeline::queue;
+    use faultline::pipeline::router::Router;
+
+    let telemetry = Arc::new(Telemetry::default());
+    let (sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+    let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+    let task = EngineTask::new(
+        engine,
+        Router::new(&[], 4),
+        Vec::new(),
+        vec![Box::new(sink)],
+        telemetry,
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+    )
+    .expect("task");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (tx, rx) = queue::bounded(4);
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(1);
+    let handle = rt.handle().clone();
+    let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+
+    let text = exporter.encode().unwrap();
+    assert!(
+        text.contains("# TYPE faultline_engine_up gauge\n")
+            && text.contains("# HELP faultline_engine_up 1 while"),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "faultline_engine_up"),
+        Some(1.0),
+        "while the engine thread runs"
+    );
+    drop(tx);
+    drop(cmd_tx);
+    thread.join().expect("engine thread");
+    assert_eq!(
+        sample(&exporter.encode().unwrap(), "faultline_engine_up"),
+        Some(0.0),
+        "once it ended"
+    );
+}

@@ -131,6 +131,33 @@ fn the_units_commands_start_faultline_and_its_stop_signal_ends_it_cleanly() {
     assert!(status.success(), "exit status after SIGTERM: {status}");
 }
 
+/// Shutdown steps of `faultline run` that may each take `shutdown_timeout_seconds`, one
+/// after the other, with everything enabled: the OTLP receiver, four pull sources (perf,
+/// its TCP sampler, LTTng, replay), the engine's drain and the OTLP sink's final push
+/// (`pipeline::runner::run`).
+const MAX_SHUTDOWN_STEPS: f64 = 7.0;
+/// What the shutdown takes beyond its steps: the HTTP endpoint (2 s) and the runtime (1 s).
+const SHUTDOWN_EXTRA_SECONDS: f64 = 3.0;
+
+/// systemd kills faultline after TimeoutStopSec, losing the final reports and failing the
+/// unit: it must outlast the longest shutdown of the shipped config's per-step limit.
+#[test]
+fn the_stop_timeout_outlasts_the_longest_shutdown_of_the_shipped_config() {
+    let unit = localized_unit();
+    let stop: f64 = directive(&unit, "TimeoutStopSec")
+        .first()
+        .and_then(|s| s.trim_end_matches('s').parse().ok())
+        .expect("TimeoutStopSec in seconds");
+    let cfg = faultline::config::load(Some(&repo().join("config/faultline.toml")))
+        .expect("config/faultline.toml loads");
+    let step = cfg.pipeline.shutdown_timeout_seconds;
+    let longest = MAX_SHUTDOWN_STEPS * step + SHUTDOWN_EXTRA_SECONDS;
+    assert!(
+        stop > longest,
+        "TimeoutStopSec={stop} must exceed {MAX_SHUTDOWN_STEPS} steps x {step} s + {SHUTDOWN_EXTRA_SECONDS} s = {longest} s"
+    );
+}
+
 /// The unit's file-system hardening, emulated without systemd (CI has no systemd init):
 /// in a private mount namespace every mount but the API file systems read-only
 /// (`ProtectSystem=strict`), all of `/sys` (tracefs and the cgroup trees included) and

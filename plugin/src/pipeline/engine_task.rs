@@ -60,7 +60,8 @@ pub struct EngineTask {
     sinks: Vec<Box<dyn ReportSink>>,
     telemetry: Arc<Telemetry>,
     idle: Duration,
-    /// Cleared when the thread ends, so `/healthz` can say the pipeline is down.
+    /// Cleared when the thread ends, so `/healthz` and `faultline_engine_up` can say the
+    /// pipeline is down (the telemetry's flag).
     alive: Arc<AtomicBool>,
     summary: EngineTaskSummary,
     counters_fetched: Option<Instant>,
@@ -111,13 +112,16 @@ impl EngineTask {
             .iter()
             .map(|_| WarnLimit::new(ENGINE_WARN_EVERY))
             .collect();
+        // The telemetry's flag, so the sinks export it as `faultline_engine_up`.
+        let alive = telemetry.engine_alive_flag();
+        alive.store(true, Ordering::Relaxed);
         Ok(Self {
             engine,
             router,
             sinks,
             telemetry,
             idle,
-            alive: Arc::new(AtomicBool::new(true)),
+            alive,
             summary: EngineTaskSummary::default(),
             counters_fetched: None,
             triggers: TriggerWait::new(trigger_wait),
@@ -196,6 +200,8 @@ impl EngineTask {
                     }
                 }
                 Wake::Batch(None) => {
+                    // Every sender is gone: faultline stops, the thread's end is no failure.
+                    self.telemetry.set_engine_drained();
                     self.flush_held();
                     break;
                 }

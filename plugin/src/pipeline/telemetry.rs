@@ -249,6 +249,13 @@ pub struct Telemetry {
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
     /// Live captures, each once started.
     live: Mutex<Vec<Arc<LiveSource>>>,
+    /// True while the engine thread runs (set by `EngineTask::new`, cleared however the
+    /// thread ends): without it nothing is analysed although sources keep counting events
+    /// as received, so `/healthz` and `faultline_engine_up` must show it.
+    engine_alive: Arc<AtomicBool>,
+    /// Set when the engine thread saw its queue close (faultline is stopping): its end is
+    /// then the shutdown's doing, which the OTLP push must not report as a failure.
+    engine_drained: AtomicBool,
 }
 
 impl Telemetry {
@@ -343,6 +350,22 @@ impl Telemetry {
             Some((_, count)) => *count += n,
             None => v.push((sink, n)),
         }
+    }
+    /// The engine thread's liveness flag, shared with whoever must see it end (`/healthz`).
+    pub fn engine_alive_flag(&self) -> Arc<AtomicBool> {
+        self.engine_alive.clone()
+    }
+    /// Whether the engine thread runs (`faultline_engine_up`).
+    pub fn engine_up(&self) -> bool {
+        self.engine_alive.load(Ordering::Relaxed)
+    }
+    /// The engine thread's queue closed: it ends because faultline stops.
+    pub fn set_engine_drained(&self) {
+        self.engine_drained.store(true, Ordering::Relaxed);
+    }
+    /// Whether the engine thread ended (or is ending) because faultline stops.
+    pub fn engine_drained(&self) -> bool {
+        self.engine_drained.load(Ordering::Relaxed)
     }
     /// Each registered sink's failures so far, in registration order.
     pub fn sink_errors(&self) -> Vec<(&'static str, u64)> {

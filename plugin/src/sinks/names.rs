@@ -43,6 +43,12 @@ pub const EVENTS_DROPPED: &str = "faultline_events_dropped";
 pub const DECODE_ERRORS: &str = "faultline_decode_errors";
 /// Gauge, per live capture: 1 while it reads, 0 once it ended, failed or was stopped.
 pub const SOURCE_UP: &str = "faultline_source_up";
+/// Gauge: 1 while the engine thread runs, 0 once it ended. Sources keep accepting and
+/// counting events after it died, so without it only `/healthz` shows that nothing is
+/// analysed any more (an OTLP-fed setup has no other alert for it).
+pub const ENGINE_UP: &str = "faultline_engine_up";
+/// [`ENGINE_UP`]'s help, the same in both sinks.
+pub const ENGINE_UP_HELP: &str = "1 while faultline's analysis engine thread runs, 0 once it ended: events are then still received and counted but nothing is analysed, no report is made, and /healthz answers 503";
 /// Counter, by `signal`.
 pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 /// Gauge: verdict records the OTLP collector refused, kept to be sent again.

@@ -256,9 +256,17 @@ impl OtlpSink {
                 )
             }
         };
+        // Every faultline pushes under the same service.name: the host tells them apart in
+        // the backend (the Collector's Prometheus exporters make `instance` of
+        // service.instance.id), or N hosts' series would collide in one.
+        let host = host_name();
         let resource = Resource::builder()
             .with_service_name(cfg.service_name.clone())
-            .with_attributes([KeyValue::new("service.version", env!("CARGO_PKG_VERSION"))])
+            .with_attributes([
+                KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+                KeyValue::new("service.instance.id", host.clone()),
+                KeyValue::new("host.name", host),
+            ])
             .build();
         // Failed exports are counted (the SDK's exporters retry for a few seconds, then give
         // up silently); verdict records of a failed export are kept and sent again.
@@ -467,6 +475,35 @@ impl OtlpSink {
             ))),
             Ok(Err(e)) => Err(sink_error(e.to_string())),
             Err(e) => Err(sink_error(e.to_string())),
+        }
+    }
+}
+
+/// Where the kernel keeps the host name (what `hostname` prints, also under systemd's
+/// `ProtectHostname=`).
+const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
+
+/// This host's name, read once when the sink starts; `unknown` (with a warning) when it
+/// cannot be read, so the sink still pushes.
+fn host_name() -> String {
+    host_name_from(std::fs::read_to_string(HOSTNAME_FILE))
+}
+
+fn host_name_from(read: std::io::Result<String>) -> String {
+    match read.as_deref().map(str::trim) {
+        Ok(name) if !name.is_empty() => name.to_string(),
+        Ok(_) => {
+            tracing::warn!(
+                "{HOSTNAME_FILE} is empty: the OTLP sink's resource says host.name=unknown"
+            );
+            "unknown".into()
+        }
+        Err(e) => {
+            tracing::warn!(
+                error = %e,
+                "cannot read {HOSTNAME_FILE}: the OTLP sink's resource says host.name=unknown"
+            );
+            "unknown".into()
         }
     }
 }
@@ -841,6 +878,20 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
+        .u64_observable_gauge(names::ENGINE_UP)
+        .with_description(names::ENGINE_UP_HELP)
+        .with_callback(move |obs| {
+            let up = t.engine_up();
+            // After a drain at shutdown the final push leaves it out: a backend keeps a
+            // pushed 0 until it goes stale (minutes, no staleness marker over OTLP), which
+            // would page FaultlineEngineDown for every planned stop.
+            if up || !t.engine_drained() {
+                obs.observe(u64::from(up), &[]);
+            }
+        })
+        .build();
+    let t = telemetry.clone();
+    meter
         .u64_observable_counter(names::GUEST_RESTARTS)
         .with_description("Times the WASM engine guest was restarted after a trap")
         .with_callback(move |obs| obs.observe(t.guest_restarts(), &[]))
@@ -901,5 +952,13 @@ mod tests {
         let c: OtlpSinkConfig = serde_json::from_str(r#"{"endpoint":"http://c:9/"}"#).unwrap();
         assert_eq!(c.endpoint(), "http://c:9");
         assert!(serde_json::from_str::<OtlpSinkConfig>(r#"{"url":"x"}"#).is_err());
+    }
+
+    #[test]
+    fn the_host_name_is_trimmed_and_unknown_when_unreadable() {
+        assert_eq!(host_name_from(Ok("db1\n".into())), "db1");
+        assert_eq!(host_name_from(Ok(" \n".into())), "unknown");
+        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
+        assert_eq!(host_name_from(Err(gone)), "unknown");
     }
 }

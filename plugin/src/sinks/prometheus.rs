@@ -606,6 +606,12 @@ impl Collector for SeriesCollector {
             "Verdict records never delivered to the OTLP collector: over the 1,024 kept for redelivery, or still refused at shutdown",
             shared.telemetry.otlp_verdicts_lost(),
         )?;
+        gauge(
+            &mut enc,
+            names::ENGINE_UP,
+            names::ENGINE_UP_HELP,
+            f64::from(u8::from(shared.telemetry.engine_up())),
+        )?;
         gauges(
             &mut enc,
             names::SOURCE_UP,
