@@ -57,7 +57,7 @@ pub fn throttled(top: Option<&RankedSyscall>) -> String {
 /// The hint of an anomaly the TCP account shows as packet loss (see
 /// [`crate::net_loss::LossTest`]): the path to name, since the calls may show nothing at
 /// all. The shares that say so are in the report's `tcp_retransmits`, not here: the hint
-/// is a metric label (see [`with_top`]).
+/// is a metric label (see `with_top`).
 pub fn packet_loss(top: Option<&RankedSyscall>) -> String {
     with_top(
         "Packets are being lost: the service's network namespace retransmits a rising share of the TCP segments it sends (see tcp_retransmits; check the interfaces, links and path to the clients for drops and errors; the service's calls may not slow, since the kernel retransmits behind them).",

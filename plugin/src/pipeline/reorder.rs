@@ -17,7 +17,7 @@
 //! stops sending stops holding the others back after [`ACTIVE_WALL`]; none is waited for
 //! longer than `max_lag` of event time behind the target's newest active process.
 //! Records more than the engine's clock bound from the target's newest go on at once
-//! for the engine's screen to judge, moving nothing here ([`Held::screen`]).
+//! for the engine's screen to judge, moving nothing here (`Held::screen`).
 //!
 //! Memory: at most [`MAX_HELD_EVENTS`] records wait, over all targets; past that the
 //! older half of the target holding most is fed (in order, counted), so a flood costs

@@ -2,7 +2,7 @@
 //! flushed after each line so `tail -f` and log shippers see reports as they happen.
 //!
 //! The engine thread only encodes a report and queues the line; a writer thread of the
-//! sink's own ([`writer`]) writes it. A reader of stdout that stalls (a pipe to a hung log
+//! sink's own (`writer`) writes it. A reader of stdout that stalls (a pipe to a hung log
 //! shipper, Docker's blocking log driver) then blocks that thread alone: were the engine
 //! to block, its queue would fill and the sources would drop events, firing the wrong
 //! alerts. Nothing is lost silently, everything lands in
@@ -14,7 +14,7 @@
 //! - reports still queued when the sink is dropped (shutdown) are written within a bounded
 //!   wait ([`JsonLinesSink::with_shutdown_wait`]); those left are counted and logged.
 //!
-//! A file follows log rotation ([`reopen`]).
+//! A file follows log rotation (`reopen`).
 
 mod reopen;
 mod writer;

@@ -24,7 +24,7 @@ pub const FLUSH_AFTER_NS: u64 = 1_000_000_000;
 
 /// Longest process name kept, in bytes. Linux names are at most 15 bytes (`TASK_COMM_LEN`,
 /// 16, counts the NUL): a longer one comes from a malformed line. Kept whole (up to a
-/// line's [`crate::sources::lines::MAX_LINE_BYTES`]) in every process group and thread
+/// line's `MAX_LINE_BYTES`) in every process group and thread
 /// entry, such names would let one corrupt file pin gigabytes; cut, they still show what
 /// the line said.
 pub const MAX_COMM_BYTES: usize = 16;
