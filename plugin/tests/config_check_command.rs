@@ -78,3 +78,28 @@ fn configs_run_cannot_start_fail_the_check() {
     );
     assert!(ok, "{err}");
 }
+
+/// Limits whose worst case outgrows the WASM guest's memory pass the check with a warning
+/// on stderr that says how to make them fit; one target with the defaults has none.
+#[test]
+fn limits_that_may_not_fit_the_guest_memory_are_warned_about() {
+    let targets = (0..4)
+        .map(|i| format!("[[targets]]\nname = \"t{i}\"\nprocess_names = [\"p{i}\"]\n"))
+        .collect::<String>();
+    let (ok, out, err) = check(&targets, "toml");
+    assert!(ok, "a warning, not an error: {err}");
+    assert!(out.contains(": OK"), "{out}");
+    assert!(
+        err.contains("WARN")
+            && err.contains("4 configured target(s)")
+            && err.contains("Raise [engine] memory_limit_bytes to at least"),
+        "{err}"
+    );
+
+    let (ok, _, err) = check(
+        "[[targets]]\nname = \"db\"\nprocess_names = [\"mariadbd\"]\n",
+        "toml",
+    );
+    assert!(ok, "{err}");
+    assert!(!err.contains("memory_limit_bytes"), "{err}");
+}

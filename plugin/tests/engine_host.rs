@@ -7,7 +7,7 @@ use std::sync::Arc;
 use faultline::engine_host::{
     EngineHost, EngineKind, HostConfig, HostError, NativeHost, TimeoutMechanism, WasmHost,
 };
-use faultline::pipeline::telemetry::Telemetry;
+use faultline::pipeline::telemetry::{GuestGauges, Telemetry, TrapReason};
 use faultline_engine::synth::{generate, EventShape, FaultScope, FaultSpec, StreamSpec};
 use faultline_engine::{EventKind, Params, PerfCounters, Stillness, SyscallEvent};
 use serde_json::{json, Value};
@@ -336,7 +336,9 @@ fn a_trapping_guest_is_restarted_and_keeps_serving() {
         "{err}"
     );
     assert_eq!(telemetry.guest_traps(), 1);
+    assert_eq!(telemetry.guest_traps_by(TrapReason::MemoryLimit), 1);
     assert_eq!(telemetry.guest_restarts(), 1);
+    assert_eq!(telemetry.guest_restart_failures(), 0);
 
     // The restarted guest serves the next calls, from a clean state.
     host.ingest("db", &small).unwrap();
@@ -390,6 +392,11 @@ fn a_call_past_its_timeout_is_stopped_and_the_guest_restarted() {
             assert!(message.contains("call_timeout_ms"), "{message}");
         }
         assert_eq!(telemetry.guest_traps(), 1, "{mechanism:?}");
+        assert_eq!(
+            telemetry.guest_traps_by(TrapReason::Timeout),
+            1,
+            "{mechanism:?}"
+        );
         assert_eq!(telemetry.guest_restarts(), 1, "{mechanism:?}");
         assert!(
             took < std::time::Duration::from_secs(20),
@@ -401,6 +408,104 @@ fn a_call_past_its_timeout_is_stopped_and_the_guest_restarted() {
         assert_eq!(host.counters().unwrap().events, small.len() as u64);
         assert_eq!(telemetry.guest_traps(), 1, "{mechanism:?}");
     }
+}
+
+/// State that outgrows the memory limit (many threads in a small guest) traps as
+/// `memory_limit`, not as a bug; the guest restarts and serves again.
+#[test]
+fn a_guest_whose_threads_outgrow_its_memory_traps_as_memory_limit() {
+    // Alone: thousands of threads' allocations would disturb the huge-page test's heap.
+    let _alone = heavy();
+    let telemetry = Arc::new(Telemetry::default());
+    let config = HostConfig {
+        memory_limit_bytes: 16 << 20,
+        ..HostConfig::default()
+    };
+    let mut host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+    // 20,000 threads with 16 syscalls each: ~60 MiB of state at the engine's own bound
+    // for that many channels, far past 16 MiB.
+    let events: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 20_000,
+        syscall_types: 16,
+        seconds: 0.5,
+        calls_per_thread_per_second: 64.0,
+        seed: 5,
+        ..StreamSpec::default()
+    })
+    .collect();
+    let mut trapped = None;
+    for (i, batch) in events.chunks(BATCH).enumerate() {
+        if let Err(e) = host.ingest("big", batch) {
+            trapped = Some((i, e));
+            break;
+        }
+        let g = telemetry.guest().expect("a WASM host exports guest gauges");
+        assert!(g.memory_bytes <= 16 << 20, "{g:?}");
+    }
+    let (i, err) = trapped.expect("20,000 threads cannot fit in 16 MiB");
+    assert!(
+        matches!(err, HostError::Trap { call: "ingest", .. }),
+        "batch {i}: {err}"
+    );
+    assert_eq!(
+        telemetry.guest_traps_by(TrapReason::MemoryLimit),
+        1,
+        "{err}"
+    );
+    assert_eq!(telemetry.guest_traps(), 1);
+    assert_eq!(telemetry.guest_restarts(), 1);
+    // The fresh guest is small again, and serves.
+    let g = telemetry.guest().unwrap();
+    assert!(g.up && g.memory_bytes < 16 << 20, "{g:?}");
+    host.ingest("big", &events[..BATCH]).unwrap();
+}
+
+/// The guest gauges follow the guest's memory after each call, next to its limit.
+#[test]
+fn the_guest_memory_gauges_follow_the_guest() {
+    // Alone: thousands of threads' allocations would disturb the huge-page test's heap.
+    let _alone = heavy();
+    let telemetry = Arc::new(Telemetry::default());
+    let native = HostConfig {
+        kind: EngineKind::Native,
+        ..HostConfig::default()
+    };
+    let mut native =
+        faultline::engine_host::build_host(&native, Params::default(), telemetry.clone()).unwrap();
+    let events = stream(2_000, EventShape::Complete, environment_fault());
+    native.ingest("db", &events[..BATCH]).unwrap();
+    assert_eq!(
+        telemetry.guest(),
+        None,
+        "the native engine has no guest gauges"
+    );
+
+    let config = HostConfig::default();
+    let mut host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+    let start = telemetry.guest().expect("gauges once the guest runs");
+    assert_eq!(start.memory_limit_bytes, 512 << 20);
+    assert!(start.up);
+    assert!(start.memory_bytes > 0);
+    for batch in events.chunks(BATCH) {
+        host.ingest("db", batch).unwrap();
+    }
+    let fed = telemetry.guest().unwrap();
+    assert_eq!(
+        fed,
+        GuestGauges {
+            up: true,
+            memory_bytes: host.guest_memory_bytes() as u64,
+            memory_limit_bytes: 512 << 20,
+        }
+    );
+    assert!(
+        fed.memory_bytes > start.memory_bytes,
+        "2,000 threads grew the memory: {start:?} → {fed:?}"
+    );
+    // The engine's own state fits in what the gauge shows.
+    assert!(host.state_bytes().unwrap() as u64 <= fed.memory_bytes);
+    drop(host);
+    assert_eq!(telemetry.guest(), None, "gone with its host");
 }
 
 #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::routing::post;
-use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry};
+use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry, TrapReason};
 use faultline::sinks::otlp::{OtlpProtocol, OtlpSink, OtlpSinkConfig};
 use faultline_engine::report::{EngineCounters, OnsetDistribution};
 use faultline_engine::{Report, Verdict};
@@ -231,6 +231,11 @@ async fn push_and_check(protocol: OtlpProtocol) {
     });
     telemetry.set_reorder(7, 5, 1);
     telemetry.add_guest_restart();
+    telemetry.add_guest_restart_failure();
+    telemetry.add_guest_trap(TrapReason::Timeout);
+    // As a WASM host does: the guest runs, with 3 MiB of its 256 MiB.
+    let _host = telemetry.set_guest_hosted(256 << 20);
+    telemetry.set_guest_state(true, 3 << 20);
     // As `EngineTask::new` does: the engine thread runs.
     telemetry
         .engine_alive_flag()
@@ -457,6 +462,25 @@ async fn push_and_check(protocol: OtlpProtocol) {
         last_point(&captured, "faultline_guest_restarts", &[]),
         Some(1.0)
     );
+    assert_eq!(
+        last_point(&captured, "faultline_guest_restart_failures", &[]),
+        Some(1.0)
+    );
+    for (reason, want) in [("timeout", 1.0), ("memory_limit", 0.0), ("other", 0.0)] {
+        let labels = [("reason", reason)];
+        let got = last_point(&captured, "faultline_guest_traps", &labels);
+        assert_eq!(got, Some(want), "{reason}");
+    }
+    for (name, want) in [
+        ("faultline_guest_up", 1.0),
+        ("faultline_guest_memory_bytes", f64::from(3u32 << 20)),
+        (
+            "faultline_guest_memory_limit_bytes",
+            f64::from(256u32 << 20),
+        ),
+    ] {
+        assert_eq!(last_point(&captured, name, &[]), Some(want), "{name}");
+    }
     assert_eq!(last_point(&captured, "faultline_engine_up", &[]), Some(1.0));
 
     let logs = log_records(&captured);
@@ -569,6 +593,12 @@ async fn a_dead_engine_is_pushed_as_down_a_drained_one_is_left_out() {
             last_point(&captured, "faultline_engine_up", &[]),
             want,
             "drained: {drained}"
+        );
+        // No WASM host (none, or native): no guest gauges.
+        assert_eq!(last_point(&captured, "faultline_guest_up", &[]), None);
+        assert_eq!(
+            last_point(&captured, "faultline_guest_memory_bytes", &[]),
+            None
         );
     }
 }

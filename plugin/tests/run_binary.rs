@@ -405,6 +405,66 @@ fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
     assert_eq!(serde_json::to_value(last.trigger).unwrap(), "end_of_stream");
 }
 
+/// A source stuck in a read (its input never ends, as a `perf script` or babeltrace2 that
+/// will not exit) holds its queue sender past its stop timeout. The engine is stopped all
+/// the same: the final reports go out, and the exit says a step timed out.
+#[test]
+fn a_source_that_does_not_stop_still_lets_the_final_reports_out_and_exits_1() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("trace.txt");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
+    // Read and write: neither this open nor faultline's blocks, and faultline never sees
+    // the end of the input while it is open.
+    let mut input = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&fifo)
+        .expect("FIFO opens");
+    let (text, _, _) = synthetic_perf_trace(4, 30);
+    let (close_tx, close) = std::sync::mpsc::channel::<()>();
+    let (written_tx, written) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        input.write_all(text.as_bytes()).expect("trace written");
+        let _ = written_tx.send(());
+        let _ = close.recv();
+    });
+    let jsonl = dir.path().join("reports.jsonl");
+    let cfg = write_config(dir.path(), &fifo, &jsonl);
+    let toml = std::fs::read_to_string(&cfg).unwrap().replace(
+        "idle_seconds = 0.2",
+        "idle_seconds = 0.2\nshutdown_timeout_seconds = 1",
+    );
+    std::fs::write(&cfg, toml).unwrap();
+    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    written
+        .recv_timeout(Duration::from_secs(60))
+        .expect("faultline read the trace");
+    // The last of the pipe reaches the engine; the source then waits in a read.
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let _ = close_tx.send(());
+    writer.join().expect("writer thread");
+    let log: Vec<String> = run.log.try_iter().collect();
+    assert_eq!(status.code(), Some(1), "{status}: {log:#?}");
+    assert!(
+        log.iter()
+            .any(|l| l.contains("a source did not stop in time")),
+        "{log:#?}"
+    );
+    assert!(!log.iter().any(|l| l.contains("did not drain")), "{log:#?}");
+    let finals: Vec<String> = std::fs::read_to_string(&jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Report>(l).expect("report line"))
+        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
+        .map(|r| r.target)
+        .collect();
+    assert_eq!(finals, vec!["mariadbd".to_owned()], "{log:#?}");
+}
+
 /// Whether `perf` runs here (the live-capture tests skip, loudly, without it).
 fn perf_installed() -> bool {
     let ok = Command::new("perf").arg("--version").output().is_ok();

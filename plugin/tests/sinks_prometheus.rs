@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use faultline::config::PrometheusSinkConfig;
 use faultline::pipeline::report_sink::ReportSink;
-use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry};
+use faultline::pipeline::telemetry::{DropReason, SegmentCounts, Telemetry, TrapReason};
 use faultline::sinks::prometheus;
 use faultline_engine::report::{
     DecisionPath, EngineCounters, OnsetDistribution, RankedSyscall, SyscallActivity, ThreadCounts,
@@ -320,6 +320,19 @@ fn pipeline_counters_and_engine_timings_are_exported() {
         Some(0.0)
     );
     assert_eq!(sample(&text, "faultline_guest_restarts_total"), Some(1.0));
+    assert_eq!(
+        sample(&text, "faultline_guest_restart_failures_total"),
+        Some(0.0)
+    );
+    for r in TrapReason::ALL {
+        let series = format!("faultline_guest_traps_total{{reason=\"{}\"}}", r.as_str());
+        assert_eq!(sample(&text, &series), Some(0.0), "{series}: from 0");
+    }
+    assert_eq!(
+        sample(&text, "faultline_guest_up"),
+        None,
+        "no guest gauges without a WASM engine"
+    );
     assert_eq!(
         sample(&text, r#"faultline_sink_errors_total{sink="json"}"#),
         Some(2.0)
@@ -670,4 +683,96 @@ fn the_engine_thread_being_up_is_exported() {
         Some(0.0),
         "once it ended"
     );
+}
+
+/// A WASM engine's guest: its memory next to its limit after it was fed, traps by
+/// reason, and `/healthz` down while no guest runs.
+#[cfg(feature = "wasm")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wasm_guest_is_exported_and_a_missing_one_fails_healthz() {
+    use faultline::engine_host::{EngineHost, HostConfig, WasmHost};
+    use faultline::pipeline::latest::LatestReports;
+    use faultline::sinks::http::{bind, serve, HttpState};
+    use faultline_engine::synth::{generate, StreamSpec};
+
+    let telemetry = Arc::new(Telemetry::default());
+    let (_sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+    let mut host = WasmHost::new(&HostConfig::default(), Params::default(), telemetry.clone())
+        .expect("guest starts");
+    let events: Vec<_> = generate(&StreamSpec {
+        threads: 500,
+        seconds: 2.0,
+        ..StreamSpec::default()
+    })
+    .collect();
+    for batch in events.chunks(4096) {
+        host.ingest("db", batch).unwrap();
+    }
+    telemetry.add_guest_trap(TrapReason::MemoryLimit);
+    let text = exporter.encode().unwrap();
+    let memory = sample(&text, "faultline_guest_memory_bytes").expect("memory gauge");
+    assert_eq!(memory, host.guest_memory_bytes() as f64);
+    assert!(memory > f64::from(1u32 << 20), "{memory}");
+    assert_eq!(
+        sample(&text, "faultline_guest_memory_limit_bytes"),
+        Some(f64::from(512u32 << 20))
+    );
+    assert_eq!(sample(&text, "faultline_guest_up"), Some(1.0));
+    assert_eq!(
+        sample(
+            &text,
+            r#"faultline_guest_traps_total{reason="memory_limit"}"#
+        ),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(&text, r#"faultline_guest_traps_total{reason="other"}"#),
+        Some(0.0)
+    );
+
+    let (listener, addr) = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let (commands, _rx) = tokio::sync::mpsc::channel(1);
+    let state = HttpState {
+        exporter: exporter.clone(),
+        latest: Arc::new(LatestReports::new(1)),
+        commands,
+        engine_alive: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(listener, state, async {
+        let _ = stopped.await;
+    }));
+    assert_eq!(healthz(addr).await, "HTTP/1.1 200 OK ok");
+    // As after a trap whose restart failed: the engine thread lives, its guest does not.
+    telemetry.set_guest_state(false, 0);
+    assert_eq!(
+        healthz(addr).await,
+        "HTTP/1.1 503 Service Unavailable engine guest unavailable"
+    );
+    let text = exporter.encode().unwrap();
+    assert_eq!(sample(&text, "faultline_guest_up"), Some(0.0));
+    telemetry.set_guest_state(true, 1 << 20);
+    assert_eq!(healthz(addr).await, "HTTP/1.1 200 OK ok");
+
+    // Gone with its host: no gauges left behind.
+    drop(host);
+    let text = exporter.encode().unwrap();
+    assert_eq!(sample(&text, "faultline_guest_memory_bytes"), None);
+    let _ = stop.send(());
+    server.await.unwrap().unwrap();
+}
+
+/// `GET /healthz` on `addr`: the status line and the body, joined by a space.
+#[cfg(feature = "wasm")]
+async fn healthz(addr: std::net::SocketAddr) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+    c.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut raw = String::new();
+    c.read_to_string(&mut raw).await.unwrap();
+    let status = raw.lines().next().unwrap_or_default().to_owned();
+    let body = raw.split("\r\n\r\n").nth(1).unwrap_or_default().trim_end();
+    format!("{status} {body}")
 }

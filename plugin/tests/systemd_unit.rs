@@ -133,7 +133,7 @@ fn the_units_commands_start_faultline_and_its_stop_signal_ends_it_cleanly() {
 
 /// Shutdown steps of `faultline run` that may each take `shutdown_timeout_seconds`, one
 /// after the other, with everything enabled: the OTLP receiver, four pull sources (perf,
-/// its TCP sampler, LTTng, replay), the engine's drain and the OTLP sink's final push
+/// its TCP sampler, LTTng, replay), the engine's drain and the sinks' final writes
 /// (`pipeline::runner::run`).
 const MAX_SHUTDOWN_STEPS: f64 = 7.0;
 /// What the shutdown takes beyond its steps: the HTTP endpoint (2 s) and the runtime (1 s).
@@ -276,7 +276,18 @@ exec setpriv --no-new-privs "{bin}" run --config "{state_dir}/faultline.toml""#,
         ) > 0.0,
         "the TCP sampler delivered: {text}"
     );
-    assert_eq!(metrics_of("faultline_guest_traps_total", &text), 0.0);
+    // Every reason's series is exported from 0: a trap of any kind shows.
+    let traps: Vec<f64> = ["memory_limit", "timeout", "fuel", "other"]
+        .iter()
+        .map(|r| {
+            run_support::sample(
+                &text,
+                &format!(r#"faultline_guest_traps_total{{reason="{r}"}}"#),
+            )
+            .expect("a trap series per reason")
+        })
+        .collect();
+    assert_eq!(traps, [0.0; 4], "{text}");
     assert!(status.success(), "exit status after SIGTERM: {status}");
     let reports = std::fs::read_to_string(state.path().join("reports.jsonl")).expect("reports");
     assert!(

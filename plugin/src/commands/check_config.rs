@@ -7,6 +7,15 @@ use crate::config::{self, Config};
 
 /// Loads and validates `file` (with `FAULTLINE_…__…` overrides), prints a short summary.
 pub fn run(file: &Path) -> anyhow::Result<()> {
+    // The checks' warnings (limits that may not fit the WASM guest's memory) are log
+    // lines, as in `run`: shown on stderr, the summary stays alone on stdout.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .without_time()
+        .with_target(false)
+        .try_init();
     let cfg = config::load(Some(file)).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     super::write_stdout(&format!("{}: OK\n{}", file.display(), summary(&cfg)))
 }

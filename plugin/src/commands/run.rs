@@ -8,7 +8,8 @@ use crate::config;
 use crate::pipeline::runner;
 
 /// Loads the config (built-in defaults without a file), runs until SIGTERM, SIGINT or
-/// SIGHUP, and returns once the final reports are flushed.
+/// SIGHUP, and returns once the final reports are flushed. An engine thread that dies
+/// ends the run too, with an error: a supervisor restarts faultline on the exit status.
 pub fn run(config_path: Option<&Path>) -> anyhow::Result<()> {
     run_with(config_path, None, LogFormat::Text)
 }

@@ -1,7 +1,9 @@
 //! Checks across keys that serde cannot express: parameter ranges (per target, after
 //! overrides), listen addresses that can all be bound at once, the OTLP push endpoint,
-//! unique target names, and sources that need a setting.
+//! unique target names, and sources that need a setting. One check only warns: analysis
+//! limits that may not fit the WASM guest's memory ([`guest_memory`]).
 
+mod guest_memory;
 mod listeners;
 mod otlp_endpoint;
 
@@ -17,7 +19,8 @@ pub const MAX_REQUEST_BYTES: usize = 256 * 1024 * 1024;
 const MAX_SINK_TARGETS: usize = 4096;
 const MAX_SINK_SYSCALLS: usize = 100;
 
-/// Validates `cfg`, returning the first problem with its key path.
+/// Validates `cfg`, returning the first problem with its key path; logs what only
+/// deserves a warning.
 pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     cfg.engine
         .validate()
@@ -30,6 +33,8 @@ pub fn validate(cfg: &Config) -> Result<(), ConfigError> {
     sources(cfg)?;
     sinks(cfg)?;
     listeners::check(cfg)?;
+    // Last: it reads every target's effective parameters, checked above.
+    guest_memory::warn(cfg);
     Ok(())
 }
 

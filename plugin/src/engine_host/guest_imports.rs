@@ -5,7 +5,7 @@
 //! the guest's only way to start a cache miss early is a load, which holds the CPU until
 //! the line arrives; with thousands of threads, every event's state is such a miss.
 
-use wasmtime::{Caller, Linker, Memory, StoreLimits};
+use wasmtime::{Caller, Linker, Memory, ResourceLimiter, StoreLimits};
 
 use super::call_fence::FenceGate;
 
@@ -13,10 +13,84 @@ use super::call_fence::FenceGate;
 /// bound keeps a host call (which no deadline interrupts) short whatever the guest asks.
 pub const MAX_PREFETCH_LINES: u32 = 1024;
 
+/// The store's limits, remembering a refused memory growth: with `trap_on_grow_failure`
+/// that refusal is the trap, and only here is it known to be the memory limit's doing
+/// (the trap itself is an untyped error of wasmtime's).
+pub struct GuestLimits {
+    limits: StoreLimits,
+    memory_refused: bool,
+}
+
+impl GuestLimits {
+    pub fn new(limits: StoreLimits) -> Self {
+        Self {
+            limits,
+            memory_refused: false,
+        }
+    }
+
+    /// Whether a growth of the guest's memory was refused since [`GuestLimits::clear`].
+    pub fn memory_refused(&self) -> bool {
+        self.memory_refused
+    }
+
+    /// Forgets an earlier refusal: before each call, so a trap is classified by its own.
+    pub fn clear(&mut self) {
+        self.memory_refused = false;
+    }
+}
+
+impl ResourceLimiter for GuestLimits {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let allowed = self.limits.memory_growing(current, desired, maximum);
+        if !matches!(allowed, Ok(true)) {
+            self.memory_refused = true;
+        }
+        allowed
+    }
+
+    fn memory_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        // Allowed but not done (the reservation or the OS ran out): the guest still
+        // cannot have the memory it asked for.
+        self.memory_refused = true;
+        self.limits.memory_grow_failed(error)
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        self.limits.table_growing(current, desired, maximum)
+    }
+
+    fn table_grow_failed(&mut self, error: wasmtime::Error) -> wasmtime::Result<()> {
+        self.limits.table_grow_failed(error)
+    }
+
+    fn instances(&self) -> usize {
+        self.limits.instances()
+    }
+
+    fn tables(&self) -> usize {
+        self.limits.tables()
+    }
+
+    fn memories(&self) -> usize {
+        self.limits.memories()
+    }
+}
+
 /// What a guest's store holds besides the guest itself.
 pub struct GuestData {
     /// The memory cap applied to every growth of the guest's memory.
-    pub limits: StoreLimits,
+    pub limits: GuestLimits,
     /// The guest's exported memory, once instantiated: `fl_prefetch` reads its offsets
     /// and prefetches in it.
     pub memory: Option<Memory>,
@@ -31,7 +105,7 @@ impl GuestData {
     /// A store's data before instantiation.
     pub fn new(limits: StoreLimits) -> Self {
         Self {
-            limits,
+            limits: GuestLimits::new(limits),
             memory: None,
             prefetched_lines: 0,
             fence: None,
@@ -154,5 +228,20 @@ mod tests {
             store.data().prefetched_lines,
             2 + u64::from(MAX_PREFETCH_LINES)
         );
+    }
+
+    #[test]
+    fn a_growth_past_the_limit_is_remembered_until_cleared() {
+        let limits = StoreLimitsBuilder::new()
+            .memory_size(2 << 16)
+            .trap_on_grow_failure(true)
+            .build();
+        let mut l = GuestLimits::new(limits);
+        assert!(matches!(l.memory_growing(1 << 16, 2 << 16, None), Ok(true)));
+        assert!(!l.memory_refused());
+        assert!(l.memory_growing(2 << 16, 3 << 16, None).is_err());
+        assert!(l.memory_refused());
+        l.clear();
+        assert!(!l.memory_refused());
     }
 }

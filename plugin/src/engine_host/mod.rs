@@ -17,7 +17,10 @@ mod config;
 mod guest_imports;
 mod heap_huge_pages;
 mod huge_pages;
+pub mod memory_fit;
 mod native;
+#[cfg(feature = "wasm")]
+mod restart_backoff;
 #[cfg(feature = "wasm")]
 mod wasm;
 
@@ -27,9 +30,12 @@ use faultline_engine::report::{Calibration, EngineCounters};
 use faultline_engine::{ParamError, Params, Report, Stillness, SyscallEvent};
 use thiserror::Error;
 
-use crate::pipeline::telemetry::Telemetry;
+use crate::pipeline::telemetry::{DropReason, Telemetry};
 
-pub use config::{EngineKind, HostConfig, HostConfigError, TimeoutMechanism};
+pub use config::{
+    EngineKind, HostConfig, HostConfigError, TimeoutMechanism, MAX_MEMORY_LIMIT_BYTES,
+    MIN_MEMORY_LIMIT_BYTES,
+};
 pub use huge_pages::HugePageStats;
 pub use native::NativeHost;
 #[cfg(feature = "wasm")]
@@ -44,8 +50,9 @@ pub enum HostError {
     /// The host configuration is unusable.
     #[error(transparent)]
     Config(#[from] HostConfigError),
-    /// The guest trapped (bug, CPU budget or memory limit); it was restarted, its state lost.
-    #[error("engine guest trapped in `{call}` and was restarted: {message}")]
+    /// The guest trapped (bug, CPU budget or memory limit); it was restarted (or, if that
+    /// failed, is retried with a backoff), every target's state lost.
+    #[error("engine guest trapped in `{call}` (every target's state is lost; restarted, or retried after a backoff): {message}")]
     Trap { call: &'static str, message: String },
     /// The guest returned an error status (a malformed batch, bad parameters).
     #[error("engine guest call `{call}` failed ({status}): {message}")]
@@ -54,7 +61,8 @@ pub enum HostError {
         status: &'static str,
         message: String,
     },
-    /// The WASM module could not be compiled, instantiated or does not speak our ABI.
+    /// The WASM module could not be compiled, instantiated or does not speak our ABI; or,
+    /// after a failed restart, no guest runs until the next attempt.
     #[error("engine guest unavailable: {0}")]
     Unavailable(String),
     /// A batch could not be encoded for the guest (e.g. a target name over 64 KiB).
@@ -63,6 +71,17 @@ pub enum HostError {
     /// The guest's JSON answer did not parse (a host/guest version mismatch).
     #[error("cannot decode the engine guest's answer to `{call}`: {message}")]
     Decode { call: &'static str, message: String },
+}
+
+/// Why the events of a batch an engine error lost were not analysed: a missing guest is
+/// told apart from a failed call, because every batch is lost until it is back.
+impl From<&HostError> for DropReason {
+    fn from(e: &HostError) -> Self {
+        match e {
+            HostError::Unavailable(_) => DropReason::EngineUnavailable,
+            _ => DropReason::EngineError,
+        }
+    }
 }
 
 /// The engine operations the pipeline drives, whichever way the engine is hosted.

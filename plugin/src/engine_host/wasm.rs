@@ -4,9 +4,13 @@
 //! host. Each call runs under a memory cap (`StoreLimits`) and, when configured, a
 //! wall-clock deadline (a memory fence, see [`super::call_fence`], or epoch interruption)
 //! and a fuel budget. A trap of any kind is
-//! logged, counted, and answered by re-instantiating the guest with the same default and
-//! per-target parameters; the failed call returns [`HostError::Trap`] so the caller counts
-//! what it lost, and the next call is served by the fresh guest.
+//! logged, counted by reason, and answered by re-instantiating the guest with the same
+//! default and per-target parameters; the failed call returns [`HostError::Trap`] so the
+//! caller counts what it lost, and the next call is served by the fresh guest. A trap
+//! costs every target's analysis state (baselines, windows), not only the one whose call
+//! trapped. A re-instantiation that fails is counted and retried with a backoff
+//! ([`super::restart_backoff`]); meanwhile calls fail at once with
+//! [`HostError::Unavailable`] and the telemetry shows the guest down (`/healthz` 503).
 //!
 //! See `wasm-guest/ABI.md` for the exports this drives.
 
@@ -28,8 +32,9 @@ use super::bulk_memory_lowering::lower_bulk_memory;
 use super::call_fence::{CallFence, WedgedCall};
 use super::guest_imports::{self, GuestData};
 use super::huge_pages::{HugePageStats, HugePages};
+use super::restart_backoff::RestartBackoff;
 use super::{EngineHost, EngineKind, HostConfig, HostError, TimeoutMechanism};
-use crate::pipeline::telemetry::Telemetry;
+use crate::pipeline::telemetry::{Telemetry, TrapReason};
 
 /// The engine compiled to `wasm32-unknown-unknown` by `build.rs`.
 pub static GUEST_WASM: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/faultline_engine.wasm"));
@@ -53,6 +58,28 @@ enum CallFail {
 impl From<wasmtime::Error> for CallFail {
     fn from(e: wasmtime::Error) -> Self {
         CallFail::Wasm(e)
+    }
+}
+
+/// The memory fence stopped a call past its deadline: a type of its own, so the trap is
+/// classified as a timeout without reading its message.
+#[derive(Debug, thiserror::Error)]
+#[error("the call ran past call_timeout_ms and was stopped by the memory fence")]
+struct FenceTimeout;
+
+/// Why a call failed with `e`; `memory_refused`: the store refused to grow the guest's
+/// memory during the call (with `trap_on_grow_failure`, that refusal is the trap).
+fn trap_reason(e: &wasmtime::Error, memory_refused: bool) -> TrapReason {
+    if memory_refused {
+        return TrapReason::MemoryLimit;
+    }
+    if e.is::<FenceTimeout>() {
+        return TrapReason::Timeout;
+    }
+    match e.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::Interrupt) => TrapReason::Timeout,
+        Some(wasmtime::Trap::OutOfFuel) => TrapReason::Fuel,
+        _ => TrapReason::Other,
     }
 }
 
@@ -130,9 +157,7 @@ fn invoke<P: WasmParams, R: WasmResults>(
     let call = fence.arm(*deadline, memory.data_ptr(&*store), *limit);
     let outcome = f.call(&mut *store, args);
     if call.finish(memory.data_size(&*store)) {
-        return Err(CallFail::Wasm(wasmtime::format_err!(
-            "the call ran past call_timeout_ms and was stopped by the memory fence"
-        )));
+        return Err(CallFail::Wasm(wasmtime::Error::new(FenceTimeout)));
     }
     outcome.map_err(CallFail::Wasm)
 }
@@ -228,8 +253,15 @@ impl Guest {
         }
     }
 
-    /// Resets the per-call CPU budget (fuel) and deadline (fence or epoch).
+    /// Bytes of the guest's linear memory (what the memory limit caps).
+    fn memory_bytes(&self) -> u64 {
+        self.memory.data_size(&self.store) as u64
+    }
+
+    /// Resets the per-call CPU budget (fuel) and deadline (fence or epoch), and forgets
+    /// a memory growth an earlier call was refused.
     fn arm(&mut self) -> wasmtime::Result<()> {
+        self.store.data_mut().limits.clear();
         if let Some(f) = self.budget.fuel {
             self.store.set_fuel(f)?;
         }
@@ -355,6 +387,13 @@ fn exit_wedged(w: WedgedCall) {
         exit_status = EXIT_WEDGED,
         "an engine guest call ran past call_timeout_ms and kept running without touching its memory, so the memory fence cannot stop it; exiting"
     );
+    // The capture tools run in their own process groups: without this a quiet target's
+    // perf or babeltrace2 outlives faultline (as `commands::run` does before its forced
+    // exit). Blocking locks are safe here: this runs on the fence's watchdog thread, not
+    // in a signal handler, and the wedged thread is inside guest code, which reaches no
+    // host code but `fl_prefetch`, so it holds neither the tool list's lock nor a
+    // child's; the other holders keep them only around a `kill` or a reap.
+    crate::sources::child::terminate_all();
     // Not exit(): the guest is still running on the engine thread, and atexit handlers
     // and destructors have no business running beside it.
     // SAFETY: _exit ends the process at once; nothing after it runs.
@@ -453,9 +492,19 @@ pub struct WasmHost {
     params: Params,
     params_json: Vec<u8>,
     target_params: BTreeMap<String, Params>,
-    /// `None` after a trap whose restart failed; the next call retries.
+    /// `None` after a trap whose restart failed; a later call retries, once `backoff`
+    /// allows.
     guest: Option<Guest>,
+    backoff: RestartBackoff,
     telemetry: Arc<Telemetry>,
+    /// This host's hold on the guest gauges ([`Telemetry::set_guest_hosted`]).
+    gauges: u64,
+}
+
+impl Drop for WasmHost {
+    fn drop(&mut self) {
+        self.telemetry.clear_guest(self.gauges);
+    }
 }
 
 impl std::fmt::Debug for WasmHost {
@@ -513,9 +562,14 @@ impl WasmHost {
             params_json,
             target_params: BTreeMap::new(),
             guest: None,
+            backoff: RestartBackoff::default(),
             telemetry,
+            gauges: 0,
         };
-        host.guest = Some(host.start_guest()?);
+        let guest = host.start_guest()?;
+        host.gauges = host.telemetry.set_guest_hosted(config.memory_limit_bytes);
+        host.telemetry.set_guest_state(true, guest.memory_bytes());
+        host.guest = Some(guest);
         Ok(host)
     }
 
@@ -570,9 +624,47 @@ impl WasmHost {
             return Ok(());
         };
         // On failure the guest is dropped (it may have trapped): the next call restarts it.
-        self.configure(&mut g)?;
+        if let Err(e) = self.configure(&mut g) {
+            self.telemetry.set_guest_state(false, 0);
+            return Err(e);
+        }
+        self.telemetry.set_guest_state(true, g.memory_bytes());
         self.guest = Some(g);
         Ok(())
+    }
+
+    /// Starts a fresh guest, unless a failed restart is still backing off; a failure is
+    /// counted and logged, and makes the next attempt wait longer.
+    fn restart(&mut self) -> Result<(), HostError> {
+        let now = Instant::now();
+        if let Err(left) = self.backoff.ready(now) {
+            return Err(HostError::Unavailable(format!(
+                "no guest instance: {} restart(s) failed, the next attempt in {:.1} s",
+                self.backoff.failures(),
+                left.as_secs_f64()
+            )));
+        }
+        match self.start_guest() {
+            Ok(g) => {
+                self.telemetry.set_guest_state(true, g.memory_bytes());
+                self.guest = Some(g);
+                self.backoff.succeeded();
+                self.telemetry.add_guest_restart();
+                Ok(())
+            }
+            Err(e) => {
+                let wait = self.backoff.failed(now);
+                self.telemetry.add_guest_restart_failure();
+                tracing::error!(
+                    error = %e,
+                    failures = self.backoff.failures(),
+                    retry_in_seconds = wait.as_secs(),
+                    "engine guest restart failed: nothing is analysed until one succeeds \
+                     (batches dropped meanwhile: faultline_events_dropped_total{{reason=\"engine_unavailable\"}})"
+                );
+                Err(e)
+            }
+        }
     }
 
     /// Runs one guest operation under the call budget; a trap restarts the guest.
@@ -582,8 +674,7 @@ impl WasmHost {
         op: impl FnOnce(&mut Guest) -> Result<R, CallFail>,
     ) -> Result<R, HostError> {
         if self.guest.is_none() {
-            self.guest = Some(self.start_guest()?);
-            self.telemetry.add_guest_restart();
+            self.restart()?;
         }
         let Some(guest) = self.guest.as_mut() else {
             return Err(HostError::Unavailable("no guest instance".into()));
@@ -592,6 +683,9 @@ impl WasmHost {
             Ok(()) => op(guest),
             Err(e) => Err(CallFail::Wasm(e)),
         };
+        if !matches!(outcome, Err(CallFail::Wasm(_))) {
+            self.telemetry.set_guest_state(true, guest.memory_bytes());
+        }
         match outcome {
             Ok(r) => {
                 guest.after_call();
@@ -604,19 +698,20 @@ impl WasmHost {
             }),
             Err(CallFail::Decode(message)) => Err(HostError::Decode { call, message }),
             Err(CallFail::Wasm(e)) => {
+                let reason = trap_reason(&e, guest.store.data().limits.memory_refused());
                 let message = format!("{e:#}");
-                tracing::error!(call, error = %message, "engine guest trapped; restarting it");
-                self.telemetry.add_guest_trap();
+                tracing::error!(
+                    call,
+                    reason = reason.as_str(),
+                    memory_bytes = guest.memory_bytes(),
+                    error = %message,
+                    "engine guest trapped; restarting it (every target's analysis state is lost)"
+                );
+                self.telemetry.add_guest_trap(reason);
                 self.guest = None;
-                match self.start_guest() {
-                    Ok(g) => {
-                        self.guest = Some(g);
-                        self.telemetry.add_guest_restart();
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "engine guest restart failed; retrying on the next call");
-                    }
-                }
+                self.telemetry.set_guest_state(false, 0);
+                // A failed restart is counted and logged there; this call reports the trap.
+                let _ = self.restart();
                 Err(HostError::Trap { call, message })
             }
         }
@@ -754,5 +849,91 @@ impl EngineHost for WasmHost {
             let n = invoke!(g, state_bytes, ())?;
             Ok(usize::try_from(n).unwrap_or(usize::MAX))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use faultline_engine::synth::{generate, StreamSpec};
+
+    use super::super::restart_backoff::FIRST_DELAY;
+    use super::*;
+
+    /// A guest whose restart fails stays down, visibly: the failure is counted, calls are
+    /// refused at once until the backoff allows another attempt, and that attempt brings
+    /// it back.
+    #[test]
+    fn a_failed_restart_backs_off_and_a_later_one_recovers() {
+        let telemetry = Arc::new(Telemetry::default());
+        let config = HostConfig {
+            memory_limit_bytes: 16 << 20,
+            ..HostConfig::default()
+        };
+        let mut host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+        let small: Vec<SyscallEvent> = generate(&StreamSpec {
+            threads: 8,
+            seconds: 1.0,
+            ..StreamSpec::default()
+        })
+        .collect();
+        host.ingest("db", &small).unwrap();
+
+        // Parameters the guest refuses make every restart fail.
+        let good = std::mem::replace(&mut host.params_json, b"{".to_vec());
+        let huge: Vec<SyscallEvent> = small.iter().copied().cycle().take(500_000).collect();
+        let err = host.ingest("db", &huge).unwrap_err();
+        assert!(matches!(err, HostError::Trap { .. }), "{err}");
+        assert_eq!(telemetry.guest_traps_by(TrapReason::MemoryLimit), 1);
+        assert_eq!(
+            (
+                telemetry.guest_restarts(),
+                telemetry.guest_restart_failures()
+            ),
+            (0, 1)
+        );
+        assert!(telemetry.guest_unavailable());
+
+        // Refused without an attempt while the backoff runs.
+        host.params_json = good;
+        let err = host.ingest("db", &small).unwrap_err();
+        assert!(
+            matches!(&err, HostError::Unavailable(m) if m.contains("next attempt in")),
+            "{err}"
+        );
+        assert_eq!(
+            crate::pipeline::telemetry::DropReason::from(&err).as_str(),
+            "engine_unavailable"
+        );
+        assert_eq!(telemetry.guest_restart_failures(), 1, "no attempt was made");
+
+        std::thread::sleep(FIRST_DELAY);
+        host.ingest("db", &small).unwrap();
+        assert_eq!(
+            (
+                telemetry.guest_restarts(),
+                telemetry.guest_restart_failures()
+            ),
+            (1, 1)
+        );
+        assert!(!telemetry.guest_unavailable());
+        assert_eq!(host.counters().unwrap().events, small.len() as u64);
+    }
+
+    #[test]
+    fn traps_are_told_apart_by_their_cause() {
+        let fence = wasmtime::Error::new(FenceTimeout);
+        assert_eq!(trap_reason(&fence, false), TrapReason::Timeout);
+        assert_eq!(
+            trap_reason(&wasmtime::Error::new(wasmtime::Trap::Interrupt), false),
+            TrapReason::Timeout
+        );
+        assert_eq!(
+            trap_reason(&wasmtime::Error::new(wasmtime::Trap::OutOfFuel), false),
+            TrapReason::Fuel
+        );
+        let bug = wasmtime::Error::new(wasmtime::Trap::UnreachableCodeReached);
+        assert_eq!(trap_reason(&bug, false), TrapReason::Other);
+        // A refused growth is the cause, whatever the error it surfaced as.
+        assert_eq!(trap_reason(&bug, true), TrapReason::MemoryLimit);
     }
 }

@@ -42,6 +42,11 @@ pub enum EngineCommand {
         at_ns: u64,
         reply: TriggerReply,
     },
+    /// Take no more batches: the queue is closed (a source's next send fails), what it
+    /// holds is drained, then the engine finishes and the sinks get the final reports.
+    /// The runner sends it once the sources had their time to stop: one that did not
+    /// still holds a sender, and waiting for every sender to go would lose those reports.
+    Stop,
 }
 
 /// What the engine thread did, for the shutdown log line and tests.
@@ -51,6 +56,9 @@ pub struct EngineTaskSummary {
     pub events: u64,
     pub reports: u64,
     pub engine_errors: u64,
+    /// The engine's `finish` failed (a guest trap or timeout in `fl_finish`): the final
+    /// `end_of_stream` reports are lost, so the run must not end as a success.
+    pub finish_failed: bool,
 }
 
 /// Everything the engine thread owns.
@@ -82,6 +90,8 @@ pub struct EngineTask {
     reorder: Reorder,
     reorder_warnings: WarnLimit,
     reorder_checked: Instant,
+    /// [`EngineCommand::Stop`] arrived: the queue is to be closed and drained.
+    stopping: bool,
 }
 
 enum Wake {
@@ -134,6 +144,7 @@ impl EngineTask {
             reorder: Reorder::new(0.0),
             reorder_warnings: WarnLimit::new(Duration::from_secs(60)),
             reorder_checked: Instant::now(),
+            stopping: false,
         })
     }
 
@@ -158,8 +169,9 @@ impl EngineTask {
         self.alive.clone()
     }
 
-    /// Runs until every batch sender is dropped and the queue is drained, then finishes
-    /// the engine and flushes the sinks. Call from a dedicated (non-runtime) thread.
+    /// Runs until every batch sender is dropped, or [`EngineCommand::Stop`] closes the
+    /// queue, and the queue is drained; then finishes the engine and flushes the sinks.
+    /// Call from a dedicated (non-runtime) thread.
     pub fn run(
         mut self,
         handle: Handle,
@@ -169,6 +181,7 @@ impl EngineTask {
         // Cleared however the thread ends (even by a panic in the engine).
         let _alive = AliveGuard(self.alive.clone());
         let mut commands_open = true;
+        let mut closed = false;
         loop {
             // Sleep no longer than the earliest parked trigger may wait.
             let mut idle = self.triggers.next_deadline().map_or(self.idle, |d| {
@@ -200,7 +213,8 @@ impl EngineTask {
                     }
                 }
                 Wake::Batch(None) => {
-                    // Every sender is gone: faultline stops, the thread's end is no failure.
+                    // Every sender is gone or the queue was closed (stop): faultline stops,
+                    // the thread's end is no failure.
                     self.telemetry.set_engine_drained();
                     self.flush_held();
                     break;
@@ -216,6 +230,11 @@ impl EngineTask {
                         self.on_idle();
                     }
                 }
+            }
+            if self.stopping && !closed {
+                // Batches queued before the close are still received, then `None`.
+                batches.close();
+                closed = true;
             }
             self.advance_silent();
         }
@@ -365,7 +384,7 @@ impl EngineTask {
             }
             Err(e) => {
                 // The batch is lost (a trapped guest restarts without it): count it.
-                stats.add_dropped(DropReason::EngineError, batch.events.len() as u64);
+                stats.add_dropped(DropReason::from(&e), batch.events.len() as u64);
                 self.engine_error(&e);
                 None
             }
@@ -405,6 +424,7 @@ impl EngineTask {
                     self.answer(w);
                 }
             }
+            EngineCommand::Stop => self.stopping = true,
         }
     }
 
@@ -516,27 +536,43 @@ impl EngineTask {
     /// target's) and make the sinks' output visible.
     fn on_idle(&mut self) {
         self.quiet_since = Instant::now();
-        self.collect(|engine| engine.take_reports());
+        // A failure is counted and warned about; the next collection tries again.
+        let _ = self.collect(|engine| engine.take_reports());
     }
 
-    /// Runs one report-producing engine call, timed, and hands its reports to the sinks.
+    /// Runs one report-producing engine call, timed, and hands its reports to the sinks;
+    /// its error, once counted, for callers that lose more than a round of reports by it.
     fn collect(
         &mut self,
         call: impl FnOnce(&mut dyn EngineHost) -> Result<Vec<Report>, HostError>,
-    ) {
+    ) -> Result<(), HostError> {
         let started = Instant::now();
         let result = call(self.engine.as_mut());
         self.observe(started);
-        match result {
-            Ok(reports) => self.publish(&reports),
-            Err(e) => self.engine_error(&e),
-        }
+        let outcome = match result {
+            Ok(reports) => {
+                self.publish(&reports);
+                Ok(())
+            }
+            Err(e) => {
+                self.engine_error(&e);
+                Err(e)
+            }
+        };
         self.refresh_counters();
         self.flush();
+        outcome
     }
 
     fn shutdown(&mut self) {
-        self.collect(|engine| engine.finish());
+        if let Err(e) = self.collect(|engine| engine.finish()) {
+            // Logged whatever the engine-error rate limit says: no report will follow.
+            tracing::error!(
+                error = %e,
+                "the engine failed to finish: the final end_of_stream reports are lost"
+            );
+            self.summary.finish_failed = true;
+        }
         self.publish_reorder();
         tracing::info!(
             batches = self.summary.batches,
@@ -1045,6 +1081,131 @@ mod tests {
         drop(tx);
         drop(cmd_tx);
         thread.join().expect("engine thread");
+    }
+
+    /// A native engine whose `finish` traps, as a guest over its budget in `fl_finish`.
+    struct TrappingFinish(NativeHost);
+
+    impl EngineHost for TrappingFinish {
+        fn kind(&self) -> crate::engine_host::EngineKind {
+            self.0.kind()
+        }
+        fn set_target_params(&mut self, target: &str, p: Params) -> Result<(), HostError> {
+            self.0.set_target_params(target, p)
+        }
+        fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
+            self.0.ingest(target, events)
+        }
+        fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError> {
+            self.0.trigger(target, at_ns)
+        }
+        fn advance(
+            &mut self,
+            target: &str,
+            now_ns: u64,
+            still: Stillness,
+        ) -> Result<(), HostError> {
+            self.0.advance(target, now_ns, still)
+        }
+        fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
+            self.0.take_reports()
+        }
+        fn finish(&mut self) -> Result<Vec<Report>, HostError> {
+            Err(HostError::Trap {
+                call: "fl_finish",
+                message: "out of fuel (test double)".into(),
+            })
+        }
+        fn calibrate(
+            &mut self,
+            target: &str,
+            fault_start_ns: Option<u64>,
+        ) -> Result<Option<faultline_engine::report::Calibration>, HostError> {
+            self.0.calibrate(target, fault_start_ns)
+        }
+        fn counters(&mut self) -> Result<faultline_engine::report::EngineCounters, HostError> {
+            self.0.counters()
+        }
+        fn state_bytes(&mut self) -> Result<usize, HostError> {
+            self.0.state_bytes()
+        }
+    }
+
+    #[test]
+    fn a_failed_finish_is_in_the_summary() {
+        let rt = runtime();
+        let run = |engine: Box<dyn EngineHost>| {
+            let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+            let task = task_with(
+                engine,
+                vec![Box::new(Keeping(kept.clone()))],
+                Arc::new(Telemetry::default()),
+                Duration::from_secs(20),
+            );
+            let (tx, rx) = queue::bounded(8);
+            let (_cmd_tx, cmd_rx) = mpsc::channel(1);
+            rt.block_on(tx.send(batch(1, 0, 30))).expect("queue open");
+            drop(tx);
+            let summary = task.run(rt.handle().clone(), rx, cmd_rx);
+            let finals = kept
+                .lock()
+                .expect("reports")
+                .iter()
+                .filter(|r| r.trigger == faultline_engine::report::Trigger::EndOfStream)
+                .count();
+            (summary, finals)
+        };
+        let native = || NativeHost::new(Params::default(), true).expect("engine");
+        let (summary, finals) = run(Box::new(TrappingFinish(native())));
+        assert!(summary.finish_failed, "{summary:?}");
+        assert_eq!(finals, 0);
+        assert!(summary.engine_errors >= 1);
+        let (summary, finals) = run(Box::new(native()));
+        assert!(!summary.finish_failed, "{summary:?}");
+        assert_eq!(finals, 1, "the same data finished without the trap");
+    }
+
+    #[test]
+    fn a_stop_finishes_the_engine_though_a_sender_is_still_held() {
+        let rt = runtime();
+        let telemetry = Arc::new(Telemetry::default());
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let task = task_with(
+            engine,
+            vec![Box::new(Keeping(kept.clone()))],
+            telemetry.clone(),
+            Duration::from_secs(20),
+        );
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        // Queued before the stop: still analysed.
+        rt.block_on(tx.send(batch(1, 0, 30))).expect("queue open");
+        rt.block_on(cmd_tx.send(EngineCommand::Stop))
+            .expect("command queue open");
+        // `tx` stays alive, as a source stuck in a read holds its sender.
+        let handle = rt.handle().clone();
+        let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !thread.is_finished() {
+            assert!(Instant::now() < deadline, "the engine did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let summary = thread.join().expect("engine thread");
+        assert_eq!(summary.batches, 1, "the queued batch was drained");
+        assert!(!summary.finish_failed);
+        assert!(telemetry.engine_drained());
+        let finals: Vec<Report> = kept
+            .lock()
+            .expect("reports")
+            .iter()
+            .filter(|r| r.trigger == faultline_engine::report::Trigger::EndOfStream)
+            .cloned()
+            .collect();
+        assert_eq!(finals.len(), 1, "{finals:?}");
+        assert_eq!(finals[0].target, "db");
+        // The straggler's next batch is refused, not queued for nobody.
+        assert!(rt.block_on(tx.send(batch(2, 30, 31))).is_err());
     }
 
     /// `batch`'s records, as one process of an OTLP-fed service sends them.

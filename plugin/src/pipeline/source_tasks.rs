@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 
 use super::queue::BatchSender;
 use super::runner::RunError;
-use super::telemetry::{LiveSource, SourceRun, SourceStats, Telemetry};
+use super::telemetry::{DropReason, LiveSource, SourceRun, SourceStats, Telemetry};
 use crate::config::{Config, ConfigError, ReplayFormat};
 use crate::model::EventBatch;
 use crate::sources::child::ChildStopper;
@@ -219,8 +219,12 @@ fn pull(
         }
         match reader.next_batch() {
             Ok(Some(b)) => {
-                // Closed only when the engine side is shutting down.
+                let events = b.events.len() as u64;
+                // Closed only when the engine side is shutting down: it stopped taking
+                // batches once the sources had their time, so this one came too late.
+                // The queue refused it like a full one, and it is counted as such.
                 if sender.blocking_send(b).is_err() {
+                    sender.stats().add_dropped(DropReason::QueueFull, events);
                     break SourceRun::Stopped;
                 }
                 batches += 1;
@@ -277,4 +281,53 @@ pub async fn start_otlp(
         tracing::info!(http_address = %a, "OTLP/HTTP receiver listening");
     }
     Ok(Some(server))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ProcessInfo;
+    use crate::pipeline::queue;
+    use faultline_engine::syscalls::SyscallId;
+    use faultline_engine::SyscallEvent;
+
+    /// Hands out `left` batches of 10 events, then ends.
+    struct Batches {
+        left: u32,
+    }
+
+    impl BatchReader for Batches {
+        fn next_batch(&mut self) -> Result<Option<EventBatch>, SourceError> {
+            if self.left == 0 {
+                return Ok(None);
+            }
+            self.left -= 1;
+            let read = SyscallId::from_name("read");
+            let events = (0..10)
+                .map(|i| SyscallEvent::complete(7, 7, read, i * 1_000, 100))
+                .collect();
+            Ok(Some(EventBatch {
+                source: "replay",
+                process: ProcessInfo::default(),
+                events,
+            }))
+        }
+    }
+
+    #[test]
+    fn a_batch_read_after_the_engine_stopped_taking_them_is_counted_as_dropped() {
+        let telemetry = Telemetry::default();
+        let stats = telemetry.source("perf");
+        let (tx, mut rx) = queue::bounded(4);
+        // The engine's stop closes the queue from its side while the source still reads.
+        rx.close();
+        let sender = BatchSender::new(tx, stats.clone());
+        let why = pull(Box::new(Batches { left: 3 }), &sender, None, "replay");
+        assert_eq!(why, SourceRun::Stopped, "a closed queue ends the source");
+        assert_eq!(
+            stats.dropped(DropReason::QueueFull),
+            10,
+            "the one batch it tried"
+        );
+    }
 }

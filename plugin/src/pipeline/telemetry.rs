@@ -24,10 +24,14 @@ pub enum DropReason {
     /// The engine failed on the batch (a WASM guest trapped and was restarted, or
     /// rejected it): its events were not analysed.
     EngineError,
+    /// The engine had no WASM guest to take the batch: re-instantiating it after a trap
+    /// failed, and the next attempt waits out its backoff. Apart from `engine_error`
+    /// because the cure differs: every batch is lost until a restart succeeds.
+    EngineUnavailable,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 7] = [
+    pub const ALL: [DropReason; 8] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
         DropReason::NoTarget,
@@ -35,6 +39,7 @@ impl DropReason {
         DropReason::NotSyscall,
         DropReason::KernelLost,
         DropReason::EngineError,
+        DropReason::EngineUnavailable,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,8 +51,66 @@ impl DropReason {
             DropReason::NotSyscall => "not_syscall",
             DropReason::KernelLost => "kernel_lost",
             DropReason::EngineError => "engine_error",
+            DropReason::EngineUnavailable => "engine_unavailable",
         }
     }
+}
+
+/// Why a WASM guest call trapped (a closed set: the `reason` label of
+/// `faultline_guest_traps_total`), because each has its own cure: more memory, a longer
+/// budget, or a bug report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum TrapReason {
+    /// Growing the guest's memory past `[engine] memory_limit_bytes` was refused.
+    MemoryLimit,
+    /// The call ran past `[engine] call_timeout_ms` (memory fence or epoch deadline).
+    Timeout,
+    /// The call used up `[engine] fuel_per_call`.
+    Fuel,
+    /// Anything else: an engine bug (a panic, an out-of-bounds access), or an error of
+    /// wasmtime itself.
+    Other,
+}
+
+impl TrapReason {
+    pub const ALL: [TrapReason; 4] = [
+        TrapReason::MemoryLimit,
+        TrapReason::Timeout,
+        TrapReason::Fuel,
+        TrapReason::Other,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrapReason::MemoryLimit => "memory_limit",
+            TrapReason::Timeout => "timeout",
+            TrapReason::Fuel => "fuel",
+            TrapReason::Other => "other",
+        }
+    }
+}
+
+/// The WASM guest as its gauges show it (`faultline_guest_up`,
+/// `faultline_guest_memory_bytes`, `faultline_guest_memory_limit_bytes`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GuestGauges {
+    /// A guest instance is live (false while a failed restart backs off).
+    pub up: bool,
+    /// Bytes of the live guest's linear memory (0 without one).
+    pub memory_bytes: u64,
+    /// `[engine] memory_limit_bytes`.
+    pub memory_limit_bytes: u64,
+}
+
+/// [`GuestGauges`] as atomics, written by the engine thread after every guest call.
+#[derive(Debug, Default)]
+struct GuestCells {
+    /// The WASM host that owns the gauges, 0 for none: a native engine (or none yet)
+    /// exports no guest gauges, and a host that goes clears only its own.
+    owner: AtomicU64,
+    up: AtomicBool,
+    memory_bytes: AtomicU64,
+    memory_limit_bytes: AtomicU64,
 }
 
 /// Where a live capture's reading loop is: a capture that ends while faultline runs
@@ -233,7 +296,11 @@ impl OtlpSignal {
 pub struct Telemetry {
     sources: Mutex<Vec<Arc<SourceStats>>>,
     guest_restarts: AtomicU64,
-    guest_traps: AtomicU64,
+    /// Re-instantiations of the guest that failed (each then backs off).
+    guest_restart_failures: AtomicU64,
+    /// Traps by [`TrapReason`].
+    guest_traps: [AtomicU64; TrapReason::ALL.len()],
+    guest: GuestCells,
     /// Failed exports of the OTLP push sink, by [`OtlpSignal`].
     otlp_export_failures: [AtomicU64; 2],
     /// Verdict records of the OTLP push sink waiting for the collector (see
@@ -292,14 +359,70 @@ impl Telemetry {
     pub fn add_guest_restart(&self) {
         self.guest_restarts.fetch_add(1, Ordering::Relaxed);
     }
-    pub fn add_guest_trap(&self) {
-        self.guest_traps.fetch_add(1, Ordering::Relaxed);
+    pub fn add_guest_trap(&self, reason: TrapReason) {
+        self.guest_traps[reason as usize].fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_guest_restart_failure(&self) {
+        self.guest_restart_failures.fetch_add(1, Ordering::Relaxed);
     }
     pub fn guest_restarts(&self) -> u64 {
         self.guest_restarts.load(Ordering::Relaxed)
     }
+    pub fn guest_restart_failures(&self) -> u64 {
+        self.guest_restart_failures.load(Ordering::Relaxed)
+    }
+    /// Traps of every reason: what `faultline_guest_traps_total` counted before it had a
+    /// `reason` label.
     pub fn guest_traps(&self) -> u64 {
-        self.guest_traps.load(Ordering::Relaxed)
+        TrapReason::ALL
+            .iter()
+            .map(|r| self.guest_traps_by(*r))
+            .sum()
+    }
+    pub fn guest_traps_by(&self, reason: TrapReason) -> u64 {
+        self.guest_traps[reason as usize].load(Ordering::Relaxed)
+    }
+    /// A WASM host with memory limit `limit_bytes` now exists, its guest live: from here
+    /// the guest gauges are exported. Returns the host's token for [`Telemetry::clear_guest`].
+    pub fn set_guest_hosted(&self, limit_bytes: u64) -> u64 {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let owner = NEXT.fetch_add(1, Ordering::Relaxed);
+        let g = &self.guest;
+        g.memory_limit_bytes.store(limit_bytes, Ordering::Relaxed);
+        g.up.store(true, Ordering::Relaxed);
+        g.owner.store(owner, Ordering::Relaxed);
+        owner
+    }
+    /// The WASM host `owner` is gone (the engine thread ended): no guest gauges any more,
+    /// rather than a last value that reads as a live guest's. A host that replaced it
+    /// keeps its own.
+    pub fn clear_guest(&self, owner: u64) {
+        let _ = self
+            .guest
+            .owner
+            .compare_exchange(owner, 0, Ordering::Relaxed, Ordering::Relaxed);
+    }
+    /// After a guest call: whether a guest is live, and its memory's size. Two relaxed
+    /// stores, cheap enough for every call.
+    pub fn set_guest_state(&self, up: bool, memory_bytes: u64) {
+        self.guest.up.store(up, Ordering::Relaxed);
+        self.guest
+            .memory_bytes
+            .store(memory_bytes, Ordering::Relaxed);
+    }
+    /// The guest's gauges; `None` unless the engine is a WASM guest.
+    pub fn guest(&self) -> Option<GuestGauges> {
+        let g = &self.guest;
+        (g.owner.load(Ordering::Relaxed) != 0).then(|| GuestGauges {
+            up: g.up.load(Ordering::Relaxed),
+            memory_bytes: g.memory_bytes.load(Ordering::Relaxed),
+            memory_limit_bytes: g.memory_limit_bytes.load(Ordering::Relaxed),
+        })
+    }
+    /// A WASM engine whose guest is not running (a failed restart backing off): no batch
+    /// is analysed meanwhile, which `/healthz` must show.
+    pub fn guest_unavailable(&self) -> bool {
+        self.guest().is_some_and(|g| !g.up)
     }
     /// Counts one failed export; returns the count so far.
     pub fn add_otlp_export_failure(&self, signal: OtlpSignal) -> u64 {
@@ -398,5 +521,44 @@ mod tests {
         lttng.set_run(SourceRun::Failed);
         assert_eq!(lttng.run(), SourceRun::Stopped);
         assert!(!lttng.is_down());
+    }
+
+    #[test]
+    fn guest_gauges_exist_only_while_a_wasm_host_does() {
+        let t = Telemetry::default();
+        assert_eq!(t.guest(), None, "native or not started: no gauges");
+        assert!(!t.guest_unavailable());
+        let first = t.set_guest_hosted(128 << 20);
+        let owner = t.set_guest_hosted(256 << 20);
+        t.clear_guest(first);
+        assert!(
+            t.guest().is_some(),
+            "a replaced host does not clear its successor's"
+        );
+        t.set_guest_state(true, 3 << 20);
+        assert_eq!(
+            t.guest(),
+            Some(GuestGauges {
+                up: true,
+                memory_bytes: 3 << 20,
+                memory_limit_bytes: 256 << 20,
+            })
+        );
+        t.set_guest_state(false, 0);
+        assert!(t.guest_unavailable());
+        t.clear_guest(owner);
+        assert_eq!(t.guest(), None);
+        assert!(!t.guest_unavailable());
+    }
+
+    #[test]
+    fn traps_are_counted_by_reason_and_in_total() {
+        let t = Telemetry::default();
+        t.add_guest_trap(TrapReason::MemoryLimit);
+        t.add_guest_trap(TrapReason::MemoryLimit);
+        t.add_guest_trap(TrapReason::Other);
+        assert_eq!(t.guest_traps_by(TrapReason::MemoryLimit), 2);
+        assert_eq!(t.guest_traps_by(TrapReason::Timeout), 0);
+        assert_eq!(t.guest_traps(), 3);
     }
 }

@@ -90,9 +90,18 @@ async fn report(State(s): State<HttpState>, Query(q): Query<ReportQuery>) -> Res
 
 /// 200 `ok` while the engine runs and every live capture reads; else 503 naming what
 /// is down (a capture that ended leaves its targets unwatched: a liveness probe should see it).
+/// A WASM engine without a running guest (its restart failed and backs off) is down too:
+/// it analyses nothing meanwhile.
 async fn healthz(State(s): State<HttpState>) -> Response {
     if !s.engine_alive.load(Ordering::Relaxed) {
         return (StatusCode::SERVICE_UNAVAILABLE, "engine stopped\n").into_response();
+    }
+    if s.exporter.guest_unavailable() {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "engine guest unavailable\n",
+        )
+            .into_response();
     }
     let down = s.exporter.sources_down();
     if down.is_empty() {

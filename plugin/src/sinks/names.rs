@@ -90,8 +90,23 @@ pub const REORDER_LATE: &str = "faultline_otlp_records_out_of_order";
 pub const REORDER_OVERFLOWS: &str = "faultline_otlp_reorder_overflows";
 /// Counter.
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
-/// Counter.
+/// Counter: re-instantiations of the guest that failed (each backs off the next one).
+pub const GUEST_RESTART_FAILURES: &str = "faultline_guest_restart_failures";
+pub const GUEST_RESTART_FAILURES_HELP: &str = "Times re-instantiating the WASM engine guest after a trap failed; the next attempt waits 1 s, doubling up to 60 s, and meanwhile batches are dropped (reason engine_unavailable)";
+/// Counter, by `reason` ([`crate::pipeline::telemetry::TrapReason`]).
 pub const GUEST_TRAPS: &str = "faultline_guest_traps";
+pub const GUEST_TRAPS_HELP: &str = "WASM traps in engine calls by reason (memory_limit, timeout, fuel, other); each restarts the guest with every target's analysis state lost";
+/// Gauge, WASM engine only: 1 while a guest instance runs, 0 while a failed restart
+/// backs off (nothing is analysed then).
+pub const GUEST_UP: &str = "faultline_guest_up";
+pub const GUEST_UP_HELP: &str = "1 while the WASM engine guest runs, 0 while none does (its restart after a trap failed and is retried with a backoff): batches are dropped (reason engine_unavailable) and /healthz answers 503; absent with the native engine";
+/// Gauge, WASM engine only: bytes of the guest's linear memory after its latest call.
+pub const GUEST_MEMORY: &str = "faultline_guest_memory_bytes";
+pub const GUEST_MEMORY_HELP: &str = "Bytes of the WASM engine guest's linear memory after its latest call (it never shrinks while the guest lives); growing past faultline_guest_memory_limit_bytes traps and restarts the guest empty";
+/// Gauge, WASM engine only: `[engine] memory_limit_bytes`.
+pub const GUEST_MEMORY_LIMIT: &str = "faultline_guest_memory_limit_bytes";
+pub const GUEST_MEMORY_LIMIT_HELP: &str =
+    "The WASM engine guest's memory limit ([engine] memory_limit_bytes)";
 /// Counter, per sink: reports or flushes it failed (exported by the Prometheus sink).
 pub const SINK_ERRORS: &str = "faultline_sink_errors";
 

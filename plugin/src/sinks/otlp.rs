@@ -30,7 +30,7 @@ use super::names::{self, thread_states};
 use super::otlp_failures::{Counted, ExportFailures};
 use super::otlp_redelivery::{Redelivery, Undelivered};
 use crate::pipeline::report_sink::{ReportSink, SinkError};
-use crate::pipeline::telemetry::{DropReason, Telemetry};
+use crate::pipeline::telemetry::{DropReason, GuestGauges, Telemetry, TrapReason};
 
 /// `trigger` label values of [`names::REPORTS`], as the Prometheus sink writes them.
 const TRIGGERS: [(Trigger, &str); 3] = [
@@ -898,10 +898,47 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter(names::GUEST_TRAPS)
-        .with_description("Traps raised by the WASM engine guest")
-        .with_callback(move |obs| obs.observe(t.guest_traps(), &[]))
+        .u64_observable_counter(names::GUEST_RESTART_FAILURES)
+        .with_description(names::GUEST_RESTART_FAILURES_HELP)
+        .with_callback(move |obs| obs.observe(t.guest_restart_failures(), &[]))
         .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter(names::GUEST_TRAPS)
+        .with_description(names::GUEST_TRAPS_HELP)
+        .with_callback(move |obs| {
+            for r in TrapReason::ALL {
+                obs.observe(t.guest_traps_by(r), &[KeyValue::new("reason", r.as_str())]);
+            }
+        })
+        .build();
+    // The guest gauges exist only while a WASM host does (none for the native engine).
+    for (name, help, read) in [
+        (
+            names::GUEST_UP,
+            names::GUEST_UP_HELP,
+            (|g| u64::from(g.up)) as fn(GuestGauges) -> u64,
+        ),
+        (names::GUEST_MEMORY, names::GUEST_MEMORY_HELP, |g| {
+            g.memory_bytes
+        }),
+        (
+            names::GUEST_MEMORY_LIMIT,
+            names::GUEST_MEMORY_LIMIT_HELP,
+            |g| g.memory_limit_bytes,
+        ),
+    ] {
+        let t = telemetry.clone();
+        meter
+            .u64_observable_gauge(name)
+            .with_description(help)
+            .with_callback(move |obs| {
+                if let Some(g) = t.guest() {
+                    obs.observe(read(g), &[]);
+                }
+            })
+            .build();
+    }
     for (name, help, tally) in names::OTLP_SEGMENT_TALLIES {
         let t = telemetry.clone();
         meter

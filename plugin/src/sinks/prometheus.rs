@@ -28,7 +28,7 @@ use crate::config::PrometheusSinkConfig;
 use crate::model::EventBatch;
 use crate::pipeline::latest::LatestReports;
 use crate::pipeline::report_sink::{ReportSink, SinkError};
-use crate::pipeline::telemetry::{DropReason, OtlpSignal, SourceRun, Telemetry};
+use crate::pipeline::telemetry::{DropReason, OtlpSignal, SourceRun, Telemetry, TrapReason};
 
 /// The OpenMetrics content type Prometheus negotiates for.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -113,6 +113,12 @@ impl PrometheusExporter {
             .filter(|s| s.is_down())
             .map(|s| s.name)
             .collect()
+    }
+
+    /// Whether the engine is a WASM guest that is not running (a failed restart backing
+    /// off), for `/healthz`.
+    pub fn guest_unavailable(&self) -> bool {
+        self.shared.telemetry.guest_unavailable()
     }
 
     /// Exports the engine queue's fill level; a weak handle, so scrapes never keep the
@@ -556,7 +562,7 @@ impl Collector for SeriesCollector {
         counters(
             &mut enc,
             names::EVENTS_DROPPED,
-            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped, not_syscall, kernel_lost, engine_error)",
+            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped, not_syscall, kernel_lost, engine_error, engine_unavailable)",
             sources.iter().flat_map(|s| {
                 DropReason::ALL.into_iter().map(move |r| {
                     (
@@ -648,10 +654,41 @@ impl Collector for SeriesCollector {
         )?;
         counter(
             &mut enc,
-            names::GUEST_TRAPS,
-            "WASM traps (including out-of-fuel and memory limit) in engine calls",
-            shared.telemetry.guest_traps(),
+            names::GUEST_RESTART_FAILURES,
+            names::GUEST_RESTART_FAILURES_HELP,
+            shared.telemetry.guest_restart_failures(),
         )?;
+        counters(
+            &mut enc,
+            names::GUEST_TRAPS,
+            names::GUEST_TRAPS_HELP,
+            TrapReason::ALL.into_iter().map(|r| {
+                (
+                    vec![("reason", r.as_str())],
+                    shared.telemetry.guest_traps_by(r),
+                )
+            }),
+        )?;
+        if let Some(g) = shared.telemetry.guest() {
+            gauge(
+                &mut enc,
+                names::GUEST_UP,
+                names::GUEST_UP_HELP,
+                f64::from(u8::from(g.up)),
+            )?;
+            gauge(
+                &mut enc,
+                names::GUEST_MEMORY,
+                names::GUEST_MEMORY_HELP,
+                g.memory_bytes as f64,
+            )?;
+            gauge(
+                &mut enc,
+                names::GUEST_MEMORY_LIMIT,
+                names::GUEST_MEMORY_LIMIT_HELP,
+                g.memory_limit_bytes as f64,
+            )?;
+        }
         counters(
             &mut enc,
             names::SINK_ERRORS,
