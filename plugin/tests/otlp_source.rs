@@ -624,7 +624,7 @@ async fn partial_success_reports_rejected_records_on_both_transports() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn malformed_bodies_are_invalid_argument_and_counted() {
+async fn malformed_bodies_are_invalid_argument_and_counted_as_dropped_requests() {
     let h = Harness::start(64, 4 << 20).await;
     let url = format!("{}/v1/logs", h.http_url());
     let resp = post(
@@ -650,7 +650,9 @@ async fn malformed_bodies_are_invalid_argument_and_counted() {
     assert_eq!(resp.status(), 400);
     let resp = post(&url, "text/plain", None, b"x".to_vec()).await;
     assert_eq!(resp.status(), 415);
-    assert_eq!(h.http.decode_errors(), 3);
+    // Whole requests: dropped as malformed, one each (their records are unknown).
+    assert_eq!(h.http.dropped(DropReason::Malformed), 3);
+    assert_eq!(h.http.decode_errors(), 0);
 
     // Raw bytes through a real gRPC client (grpcio), bypassing protobuf encoding.
     let code = r#"
@@ -677,7 +679,7 @@ except grpc.RpcError as e:
             String::from_utf8_lossy(&out.stdout).trim(),
             "INVALID_ARGUMENT"
         );
-        assert_eq!(h.grpc.decode_errors(), 1);
+        assert_eq!(h.grpc.dropped(DropReason::Malformed), 1);
     } else {
         eprintln!("SKIPPED gRPC part: python grpcio not installed");
     }
@@ -810,7 +812,7 @@ async fn a_corrupt_grpc_gzip_frame_is_invalid_argument_and_counted() {
     frame.extend_from_slice(&junk);
     let code = raw_grpc_status(h.server.grpc_addr.expect("grpc"), frame).await;
     assert_eq!(code, tonic::Code::InvalidArgument as i32);
-    assert_eq!(h.grpc.decode_errors(), 1);
+    assert_eq!(h.grpc.dropped(DropReason::Malformed), 1);
     // A valid gzip frame of a valid request still goes through the same path.
     let body = gzip(&logs_request(3, 0).encode_to_vec());
     let mut frame = vec![1u8];
@@ -818,7 +820,10 @@ async fn a_corrupt_grpc_gzip_frame_is_invalid_argument_and_counted() {
     frame.extend_from_slice(&body);
     let code = raw_grpc_status(h.server.grpc_addr.expect("grpc"), frame).await;
     assert_eq!(code, tonic::Code::Ok as i32);
-    assert_eq!((h.grpc.received(), h.grpc.decode_errors()), (3, 1));
+    assert_eq!(
+        (h.grpc.received(), h.grpc.dropped(DropReason::Malformed)),
+        (3, 1)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

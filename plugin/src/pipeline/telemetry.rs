@@ -11,6 +11,11 @@ pub enum DropReason {
     QueueFull,
     /// A request or record exceeded the configured size limit.
     TooLarge,
+    /// A whole request that did not decode (malformed protobuf, JSON, gzip or gRPC frame):
+    /// one per request, its events being unknown, like `TooLarge`. Not a decode error,
+    /// which counts records: as a share of the events received one per request reads as
+    /// nothing, and one sender's broken requests among others' good ones went unseen.
+    Malformed,
     /// No configured target matched the process.
     NoTarget,
     /// A series or label cap was reached.
@@ -31,9 +36,10 @@ pub enum DropReason {
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 8] = [
+    pub const ALL: [DropReason; 9] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
+        DropReason::Malformed,
         DropReason::NoTarget,
         DropReason::Capped,
         DropReason::NotSyscall,
@@ -46,6 +52,7 @@ impl DropReason {
         match self {
             DropReason::QueueFull => "queue_full",
             DropReason::TooLarge => "too_large",
+            DropReason::Malformed => "malformed",
             DropReason::NoTarget => "no_target",
             DropReason::Capped => "capped",
             DropReason::NotSyscall => "not_syscall",

@@ -562,7 +562,7 @@ impl Collector for SeriesCollector {
         counters(
             &mut enc,
             names::EVENTS_DROPPED,
-            "Events not analysed, by source and reason (queue_full, too_large, no_target, capped, not_syscall, kernel_lost, engine_error, engine_unavailable)",
+            "Events not analysed, by source and reason (queue_full, too_large, malformed, no_target, capped, not_syscall, kernel_lost, engine_error, engine_unavailable)",
             sources.iter().flat_map(|s| {
                 DropReason::ALL.into_iter().map(move |r| {
                     (

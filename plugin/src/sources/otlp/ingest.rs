@@ -18,6 +18,7 @@ use super::convert::{self, Decoded};
 use super::deliver::{deliver, Delivery, OtlpCounters};
 use super::segment_metrics::{self, SegmentTracker};
 use crate::pipeline::queue::BatchSender;
+use crate::pipeline::telemetry::DropReason;
 
 /// Everything a front end needs to accept requests for one source name.
 #[derive(Clone, Debug)]
@@ -32,9 +33,10 @@ pub(crate) struct Ingest {
     pub in_flight: Arc<tokio::sync::Semaphore>,
 }
 
-/// A request that did not even decode: counted once as a decode error.
+/// A request that did not even decode: one dropped request (`reason="malformed"`; see
+/// [`DropReason::Malformed`]).
 pub(crate) fn count_malformed(sender: &BatchSender) {
-    sender.stats().add_decode_errors(1);
+    sender.stats().add_dropped(DropReason::Malformed, 1);
 }
 
 /// Outcome of one export: either the response body to send, or why not.
