@@ -1,8 +1,19 @@
 //! Property tests: any event sequence, in any order and shape, never panics, and the
 //! engine's state stays within the bound implied by its parameters.
 
-use faultline_engine::{Engine, EventKind, Params, PerfCounters, SyscallEvent, SyscallId};
+use faultline_engine::{Engine, EventKind, Params, PerfCounters, Report, SyscallEvent, SyscallId};
 use proptest::prelude::*;
+
+/// A report comes back from its JSON unchanged. JSON has no NaN or infinity (serde_json
+/// writes `null`, which no number reads back), and the WASM host receives every report as
+/// JSON: one such value would lose all the reports of that call, in the sandbox only.
+fn round_trips(r: &Report) -> Result<(), TestCaseError> {
+    let json = serde_json::to_string(r).map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let back: Report =
+        serde_json::from_str(&json).map_err(|e| TestCaseError::fail(format!("{e}: {json}")))?;
+    prop_assert_eq!(&back, r, "{}", json);
+    Ok(())
+}
 
 fn event() -> impl Strategy<Value = SyscallEvent> {
     (
@@ -94,13 +105,16 @@ proptest! {
             }
             e.ingest(t, b);
             for r in e.take_reports() {
+                round_trips(&r)?;
                 prop_assert!(r.impact_factor >= 0.0 && r.impact_factor <= 1.0);
                 prop_assert!(r.threads.directly_affected <= r.threads.affected);
                 if let Some(v) = &r.vital_signs {
                     prop_assert!(v.threads.len() <= 8);
                 }
             }
-            let _ = e.trigger(t, trigger_at);
+            if let Some(r) = e.trigger(t, trigger_at) {
+                round_trips(&r)?;
+            }
             let _ = e.calibrate(t, Some(trigger_at));
         }
         for t in ["a", "b", "c"] {
@@ -112,5 +126,8 @@ proptest! {
         prop_assert!(e.state_bytes() < 4 << 20, "state {}", e.state_bytes());
         let finals = e.finish();
         prop_assert!(finals.len() <= p.max_targets + 64);
+        for r in &finals {
+            round_trips(r)?;
+        }
     }
 }
