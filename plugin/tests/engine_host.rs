@@ -144,6 +144,21 @@ fn transcript(host: &mut dyn EngineHost, events: &[SyscallEvent], fault_at_ns: u
     let last = silent.last().expect("cadence reports while silent");
     assert!(last.silent_seconds > 20.0, "{}", last.silent_seconds);
     steps.push(json!({ "silent_after_the_end": silent }));
+    // An evicted target is forgotten across the ABI (an unknown one is no error): its
+    // state goes, and its name starts afresh.
+    host.forget("nobody").unwrap();
+    let before = host.state_bytes().unwrap();
+    host.forget("tuned").unwrap();
+    let after = host.state_bytes().unwrap();
+    assert!(after < before, "{after} < {before}");
+    let forgotten = host.trigger("tuned", end).unwrap();
+    assert!(forgotten.is_none(), "no state left");
+    let first = &events[..BATCH.min(events.len())];
+    host.ingest("tuned", first).unwrap();
+    let at = first.last().map_or(0, |e| e.ts_ns);
+    let fresh = host.trigger("tuned", at).unwrap();
+    assert!(fresh.is_some(), "a fresh target");
+    steps.push(json!({ "forgotten": forgotten, "fresh": fresh }));
     json!({ "steps": steps, "calibration": cal, "counters": counters, "finish": fin })
 }
 

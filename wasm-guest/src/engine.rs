@@ -136,6 +136,15 @@ impl Engine {
         }
     }
 
+    /// Drops `target`'s analysis state and its pending reports, so a target the host no
+    /// longer routes (an idle discovered name evicted for a new one) frees its slot under
+    /// `max_targets`; its per-target parameters stay, since the operator set them. A
+    /// later batch of the same name starts it afresh. False when it was not known.
+    pub fn forget(&mut self, target: &str) -> bool {
+        self.pending.retain(|r| r.target != target);
+        self.targets.remove(target).is_some()
+    }
+
     /// On-demand diagnosis: an external alarm says `target` became slow at `at_ns`.
     pub fn trigger(&mut self, target: &str, at_ns: u64) -> Option<Report> {
         let t = self.targets.get(target)?;
@@ -190,5 +199,78 @@ impl Engine {
     /// Threads tracked for `target` (for tests and benchmarks of the memory bound).
     pub fn thread_count(&self, target: &str) -> usize {
         self.targets.get(target).map_or(0, Target::thread_count)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syscalls::SyscallId;
+
+    const SECOND: u64 = 1_000_000_000;
+
+    /// `threads` threads' `read`s every 10 ms over `[from_s, to_s)`.
+    fn reads(threads: u32, from_s: u64, to_s: u64) -> Vec<SyscallEvent> {
+        let read = SyscallId::from_name("read");
+        (from_s * 100..to_s * 100)
+            .flat_map(|i| {
+                (1..=threads)
+                    .map(move |tid| SyscallEvent::complete(7, tid, read, i * SECOND / 100, 20_000))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_forgotten_target_frees_its_state_and_slot_and_restarts_afresh() {
+        let params = Params {
+            max_targets: 2,
+            ..Params::default()
+        };
+        let mut e = Engine::new(params.clone()).expect("valid params");
+        let own = Params {
+            cadence_seconds: params.cadence_seconds * 2.0,
+            ..params.clone()
+        };
+        e.set_target_params("helper", own.clone())
+            .expect("valid params");
+        e.ingest("svc", &reads(1, 0, 30));
+        // Long enough for cadence reports of the helper to be pending.
+        e.ingest("helper", &reads(4, 0, 30));
+        assert_eq!(e.thread_count("helper"), 4);
+        let before = e.state_bytes();
+
+        assert!(e.forget("helper"));
+        assert_eq!(e.thread_count("helper"), 0);
+        assert!(e.state_bytes() < before, "{} < {before}", e.state_bytes());
+        assert!(e.take_reports().iter().all(|r| r.target != "helper"));
+        assert!(!e.forget("helper"), "already forgotten");
+        assert_eq!(e.thread_count("svc"), 1, "other targets are kept");
+
+        // Its slot is free again: a third name fits under max_targets = 2.
+        e.ingest("new", &reads(1, 30, 31));
+        assert_eq!(e.thread_count("new"), 1);
+        assert_eq!(e.counters().dropped_targets, 0);
+        assert!(e.forget("new"));
+        // A batch of the forgotten name starts it afresh, with the operator's parameters.
+        e.ingest("helper", &reads(1, 30, 31));
+        assert_eq!(e.thread_count("helper"), 1);
+        assert_eq!(
+            e.targets.get("helper").map(|t| t.params().clone()),
+            Some(own)
+        );
+    }
+
+    #[test]
+    fn forgetting_drops_the_targets_pending_reports() {
+        let mut e = Engine::new(Params::default()).expect("valid params");
+        e.ingest("svc", &reads(1, 0, 60));
+        e.ingest("helper", &reads(1, 0, 60));
+        assert!(
+            e.pending.iter().any(|r| r.target == "helper"),
+            "a report is due"
+        );
+        e.forget("helper");
+        assert!(e.pending.iter().all(|r| r.target != "helper"));
+        assert!(e.pending.iter().any(|r| r.target == "svc"));
     }
 }

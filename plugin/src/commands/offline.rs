@@ -222,7 +222,7 @@ pub fn router(only: &[String], max_targets: usize) -> Router {
             ..TargetConfig::default()
         })
         .collect();
-    Router::new(&targets, max_targets)
+    Router::new(&targets, max_targets).without_eviction()
 }
 
 /// Feeds the whole input through `engine`, collecting continuous-mode reports as they
@@ -245,7 +245,11 @@ pub fn drive(
     let mut lost = 0u64;
     let mut warnings = WarnLimit::new(ENGINE_WARN_EVERY);
     while let Some(batch) = reader.next_batch().context("reading the trace")? {
-        match router.route(&batch.process) {
+        // The time is unused: this router never evicts.
+        match router
+            .route(&batch.process, std::time::Instant::now())
+            .map(|r| r.target)
+        {
             Ok(target) => {
                 events += batch.events.len() as u64;
                 if !targets.contains(&*target) {

@@ -100,6 +100,9 @@ pub trait EngineHost: Send {
     /// became due wait for [`EngineHost::take_reports`]. `still`: what the host saw of
     /// the target's processes.
     fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) -> Result<(), HostError>;
+    /// Drops `target`'s analysis state and pending reports (not its own parameters): the
+    /// router evicted it, and its slot under `max_targets` goes to a new target.
+    fn forget(&mut self, target: &str) -> Result<(), HostError>;
     /// Continuous-mode reports that became due.
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError>;
     /// End of stream: the final reports.

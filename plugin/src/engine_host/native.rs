@@ -61,6 +61,11 @@ impl EngineHost for NativeHost {
         Ok(())
     }
 
+    fn forget(&mut self, target: &str) -> Result<(), HostError> {
+        self.engine.forget(target);
+        Ok(())
+    }
+
     fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
         Ok(self.engine.take_reports())
     }

@@ -92,6 +92,7 @@ struct Exports {
     ingest: TypedFunc<(u32, u32), i32>,
     trigger: TypedFunc<(u32, u32, u64), i32>,
     advance: TypedFunc<(u32, u32, u64, u32), i32>,
+    forget: TypedFunc<(u32, u32), i32>,
     take_reports: TypedFunc<(), i32>,
     finish: TypedFunc<(), i32>,
     calibrate: TypedFunc<(u32, u32, u32, u64), i32>,
@@ -111,6 +112,7 @@ impl Exports {
             ingest: inst.get_typed_func(&mut *store, "fl_ingest")?,
             trigger: inst.get_typed_func(&mut *store, "fl_trigger")?,
             advance: inst.get_typed_func(&mut *store, "fl_advance")?,
+            forget: inst.get_typed_func(&mut *store, "fl_forget")?,
             take_reports: inst.get_typed_func(&mut *store, "fl_take_reports")?,
             finish: inst.get_typed_func(&mut *store, "fl_finish")?,
             calibrate: inst.get_typed_func(&mut *store, "fl_calibrate")?,
@@ -802,6 +804,14 @@ impl EngineHost for WasmHost {
         self.call("advance", |g| {
             let (p, l) = g.write_arg(target.as_bytes())?;
             let code = invoke!(g, advance, (p, l, now_ns, still.code()))?;
+            g.check(code)
+        })
+    }
+
+    fn forget(&mut self, target: &str) -> Result<(), HostError> {
+        self.call("forget", |g| {
+            let (p, l) = g.write_arg(target.as_bytes())?;
+            let code = invoke!(g, forget, (p, l))?;
             g.check(code)
         })
     }

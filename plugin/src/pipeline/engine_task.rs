@@ -15,7 +15,7 @@ use super::process_state;
 use super::queue::BatchReceiver;
 use super::reorder::Reorder;
 use super::report_sink::{ReportSink, SinkError};
-use super::router::Router;
+use super::router::{Evicted, Routed, Router};
 use super::silence::{self, SilenceWatch};
 use super::telemetry::{DropReason, SourceRun, Telemetry};
 use super::trigger_wait::{TriggerReply, TriggerWait, Waiting};
@@ -92,6 +92,8 @@ pub struct EngineTask {
     reorder_checked: Instant,
     /// [`EngineCommand::Stop`] arrived: the queue is to be closed and drained.
     stopping: bool,
+    /// The wall clock the router judges discovered targets' idleness by (tests set it).
+    clock: Box<dyn Fn() -> Instant + Send>,
 }
 
 enum Wake {
@@ -145,6 +147,7 @@ impl EngineTask {
             reorder_warnings: WarnLimit::new(Duration::from_secs(60)),
             reorder_checked: Instant::now(),
             stopping: false,
+            clock: Box::new(Instant::now),
         })
     }
 
@@ -161,6 +164,13 @@ impl EngineTask {
     /// trace's pauses are the reader's, not the target's.
     pub fn with_silence_watch(mut self, watch: SilenceWatch) -> Self {
         self.silence = Some(watch);
+        self
+    }
+
+    /// Routes by `clock` instead of the wall clock, so tests can make targets idle.
+    #[cfg(test)]
+    fn with_clock(mut self, clock: impl Fn() -> Instant + Send + 'static) -> Self {
+        self.clock = Box::new(clock);
         self
     }
 
@@ -256,12 +266,22 @@ impl EngineTask {
             .iter()
             .all(|e| e.kind == faultline_engine::EventKind::TcpSegments);
         let routed = if segments_only {
-            self.router.route_without_discovery(&batch.process)
+            self.router
+                .route_without_discovery(&batch.process)
+                .map(|target| Routed {
+                    target,
+                    evicted: None,
+                })
         } else {
-            self.router.route(&batch.process)
+            self.router.route(&batch.process, (self.clock)())
         };
         let target = match routed {
-            Ok(t) => t,
+            Ok(Routed { target, evicted }) => {
+                if let Some(e) = evicted {
+                    self.evict(e);
+                }
+                target
+            }
             Err(reason) => {
                 stats.add_dropped(reason, batch.events.len() as u64);
                 return;
@@ -295,6 +315,39 @@ impl EngineTask {
         // to its alarm in order.
         if !self.triggers.is_empty() {
             self.answer_due();
+        }
+    }
+
+    /// Drops everything kept of a target the router evicted for a new one, before the new
+    /// one is fed: its slot must be free in the engine and the sinks too, and an evicted
+    /// target must not linger on `/metrics` or `GET /report` as if still watched.
+    fn evict(&mut self, e: Evicted) {
+        let Evicted { target, idle } = e;
+        tracing::info!(
+            %target,
+            idle_seconds = idle.as_secs(),
+            "idle target evicted: its slot goes to a new target"
+        );
+        self.telemetry.add_target_evicted();
+        // Records the reorder stage accepted for it are analysed, not lost; then its entry
+        // goes (nothing is left in it to drop).
+        self.flush_target(&target);
+        self.reorder.forget(&target);
+        let started = Instant::now();
+        let forgotten = self.engine.forget(&target);
+        self.observe(started);
+        if let Err(err) = forgotten {
+            self.engine_error(&err);
+        }
+        if let Some(w) = &mut self.silence {
+            w.forget(&target);
+        }
+        // No data will come for them: answered as for an unknown target.
+        for w in self.triggers.forget(&target) {
+            self.answer(w);
+        }
+        for s in &mut self.sinks {
+            s.forget(&target);
         }
     }
 
@@ -1107,6 +1160,9 @@ mod tests {
         ) -> Result<(), HostError> {
             self.0.advance(target, now_ns, still)
         }
+        fn forget(&mut self, target: &str) -> Result<(), HostError> {
+            self.0.forget(target)
+        }
         fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
             self.0.take_reports()
         }
@@ -1317,5 +1373,110 @@ mod tests {
             fed.windows(2).any(|w| w[0] > w[1]),
             "the second process's batch goes back in time"
         );
+    }
+
+    /// `process`'s `read`s (one thread) over `[from_s, to_s)`, from perf.
+    fn batch_of(process: &str, from_s: u64, to_s: u64) -> EventBatch {
+        let mut b = batch(1, from_s, to_s);
+        b.process.comm = Some(process.into());
+        b
+    }
+
+    #[test]
+    fn a_new_name_evicts_an_idle_discovered_target_everywhere_and_is_capped_otherwise() {
+        use crate::config::PrometheusSinkConfig;
+        use crate::pipeline::router::DISCOVERED_IDLE;
+        use std::sync::atomic::AtomicU64;
+
+        let params = Params {
+            max_targets: 2,
+            ..Params::default()
+        };
+        let engine = Box::new(NativeHost::new(params, false).expect("engine"));
+        let telemetry = Arc::new(Telemetry::default());
+        let (sink, exporter) =
+            crate::sinks::prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+        let base = Instant::now();
+        let wall_s = Arc::new(AtomicU64::new(0));
+        let clock = {
+            let wall_s = wall_s.clone();
+            move || base + Duration::from_secs(wall_s.load(Ordering::Relaxed))
+        };
+        let mut task = EngineTask::new(
+            engine,
+            Router::new(&[], 2),
+            Vec::new(),
+            vec![Box::new(sink)],
+            telemetry.clone(),
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+        .expect("task")
+        .with_clock(clock);
+        let exported = |name: &str| {
+            let text = exporter.encode().expect("encode");
+            text.contains(&format!("target=\"{name}\""))
+        };
+
+        // Two targets with reports (the Prometheus sink exports their series).
+        task.ingest(batch_of("curl", 0, 30));
+        task.ingest(batch_of("web", 0, 30));
+        assert!(exported("curl") && exported("web"));
+        // A trigger ahead of curl's data waits for it.
+        let (reply, mut answer) = oneshot::channel();
+        let at_ns = 100 * SECOND;
+        task.command(
+            EngineCommand::Trigger {
+                target: "curl".into(),
+                at_ns,
+                reply,
+            },
+            false,
+        );
+        assert!(answer.try_recv().is_err(), "parked");
+
+        // `web` keeps making calls; `curl` makes none for DISCOVERED_IDLE.
+        wall_s.store(DISCOVERED_IDLE.as_secs() - 1, Ordering::Relaxed);
+        task.ingest(batch_of("web", 30, 31));
+        wall_s.store(DISCOVERED_IDLE.as_secs(), Ordering::Relaxed);
+        task.ingest(batch_of("sh", 30, 31));
+
+        let perf = telemetry.source("perf");
+        assert_eq!(perf.dropped(DropReason::Capped), 0, "`sh` took curl's slot");
+        assert_eq!(telemetry.targets_evicted(), 1);
+        let forgotten = task
+            .engine
+            .trigger("curl", 20 * SECOND)
+            .expect("engine call");
+        assert_eq!(forgotten, None, "the engine no longer has curl");
+        assert!(task
+            .engine
+            .trigger("web", 20 * SECOND)
+            .expect("call")
+            .is_some());
+        assert!(!exported("curl"), "curl's series are gone from /metrics");
+        assert!(exported("web"));
+        assert!(
+            matches!(answer.try_recv(), Ok(Ok(None))),
+            "the parked trigger is answered as for an unknown target"
+        );
+        let text = exporter.encode().expect("encode");
+        assert!(text.contains("faultline_targets_evicted_total 1"), "{text}");
+        // `sh` is analysed in the slot the engine freed (its own cap would drop it).
+        task.ingest(batch_of("sh", 31, 40));
+        assert!(task
+            .engine
+            .trigger("sh", 35 * SECOND)
+            .expect("call")
+            .is_some());
+        assert_eq!(task.engine.counters().expect("counters").dropped_targets, 0);
+
+        // A fourth name while both targets made calls recently: capped, nothing evicted.
+        wall_s.store(DISCOVERED_IDLE.as_secs() + 60, Ordering::Relaxed);
+        let events = batch_of("cron", 40, 41).events.len() as u64;
+        task.ingest(batch_of("cron", 40, 41));
+        assert_eq!(perf.dropped(DropReason::Capped), events);
+        assert_eq!(telemetry.targets_evicted(), 1);
+        assert!(exported("web"));
     }
 }

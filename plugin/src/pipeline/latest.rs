@@ -50,6 +50,12 @@ impl LatestReports {
         m.get(target).cloned()
     }
 
+    /// Drops the target's latest report (the router evicted it).
+    pub fn remove(&self, target: &str) {
+        let mut m = self.reports.lock().unwrap_or_else(|e| e.into_inner());
+        m.remove(target);
+    }
+
     /// Reports not kept because the store was full.
     pub fn capped(&self) -> u64 {
         self.capped.load(Ordering::Relaxed)
@@ -67,5 +73,8 @@ impl ReportSink for LatestReportsSink {
     fn publish(&mut self, report: &Report) -> Result<(), SinkError> {
         self.0.insert(report);
         Ok(())
+    }
+    fn forget(&mut self, target: &str) {
+        self.0.remove(target);
     }
 }

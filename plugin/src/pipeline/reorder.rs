@@ -222,6 +222,8 @@ pub struct Reorder {
     total: usize,
     /// Times the cap released a target early (its order may then be off).
     pub overflows: u64,
+    /// Late records of targets forgotten since (so [`Reorder::late`] never goes down).
+    late_forgotten: u64,
 }
 
 impl Reorder {
@@ -264,7 +266,19 @@ impl Reorder {
     /// than the wait allows (a process lagging more than `max_lag`, a process's first
     /// batch, the cap, a trigger whose wait ran out).
     pub fn late(&self) -> u64 {
-        self.held.values().map(|h| h.late).sum()
+        self.late_forgotten + self.held.values().map(|h| h.late).sum::<u64>()
+    }
+
+    /// Forgets `target` (evicted by the router; [`Reorder::flush`] it first): with targets
+    /// evicted and new ones discovered over time, entries kept for good would grow without
+    /// bound. Returns the records it still held, which are dropped (none after a flush).
+    pub fn forget(&mut self, target: &str) -> usize {
+        let Some(h) = self.held.remove(target) else {
+            return 0;
+        };
+        self.total -= h.len;
+        self.late_forgotten += h.late;
+        h.len
     }
 
     /// Takes a batch of process `process` (see [`process_key`]) of `target`, arrived at
@@ -603,6 +617,35 @@ mod tests {
         .is_empty());
         assert_eq!(r.held(), 1);
         assert_eq!(r.late(), 0);
+    }
+
+    #[test]
+    fn a_forgotten_target_leaves_no_entry_and_its_late_records_stay_counted() {
+        let mut r = Reorder::new(10.0);
+        let t: Arc<str> = Arc::from("curl");
+        let now = Instant::now();
+        push(&mut r, &t, "otlp_http", 1, vec![ev(1, 5 * S)], now);
+        push(&mut r, &t, "otlp_http", 2, vec![ev(2, 6 * S)], now);
+        push(&mut r, &t, "otlp_http", 1, vec![ev(1, 9 * S)], now);
+        // Process 2 sends 4 s after 6 s was fed: late, counted.
+        push(
+            &mut r,
+            &t,
+            "otlp_http",
+            2,
+            vec![ev(2, 7 * S), ev(2, 4 * S)],
+            now,
+        );
+        assert_eq!(r.late(), 1);
+        assert_eq!(times(&r.flush("curl").1), vec![7 * S, 9 * S]);
+        assert_eq!(r.forget("curl"), 0);
+        assert!(r.processes_of("curl").is_empty() && r.held.is_empty());
+        assert_eq!((r.held(), r.late()), (0, 1));
+        // Unflushed records are reported back when forgotten.
+        push(&mut r, &t, "otlp_http", 1, vec![ev(1, 20 * S)], now);
+        push(&mut r, &t, "otlp_http", 2, vec![ev(2, 30 * S)], now);
+        assert_eq!(r.forget("curl"), 1);
+        assert_eq!(r.held(), 0);
     }
 
     #[test]

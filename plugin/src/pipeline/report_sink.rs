@@ -27,4 +27,7 @@ pub trait ReportSink: Send {
     fn observe_engine_call(&mut self, _seconds: f64) {}
     /// The engine's counters after a call.
     fn observe_engine_counters(&mut self, _counters: &EngineCounters) {}
+    /// Drops what the sink keeps of `target`: the router evicted it (an idle discovered
+    /// name), so its series must stop being exported and free their place under the cap.
+    fn forget(&mut self, _target: &str) {}
 }

@@ -1,9 +1,12 @@
 //! Which target a batch belongs to: configured `[[targets]]` matchers, or (with none
 //! configured) one target per distinct service/process name, capped so label values
-//! taken from input can never grow without bound.
+//! taken from input can never grow without bound. A discovered name idle for
+//! [`DISCOVERED_IDLE`] gives its slot to a new name once the cap is reached, so
+//! short-lived helpers (a health check's `curl`) cannot hold the slots for good.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::telemetry::DropReason;
 use crate::config::TargetConfig;
@@ -12,13 +15,38 @@ use crate::model::ProcessInfo;
 /// Longest target name kept from input; longer names are cut (on a char boundary).
 pub const MAX_TARGET_NAME_CHARS: usize = 128;
 
+/// Wall-clock time a discovered name must have routed no batch before a new name may take
+/// its slot. Well past the analysis window (90 s by default) and the cadence, so a frozen
+/// service's "no system call" reports have long been made; shorter would lose a silent
+/// target's state while its silence is still the news.
+pub const DISCOVERED_IDLE: Duration = Duration::from_secs(600);
+
+/// A routed batch's target, and the discovered target it displaced, if any.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Routed {
+    pub target: Arc<str>,
+    /// The caller must drop what it keeps of this target (it is no longer routed to).
+    pub evicted: Option<Evicted>,
+}
+
+/// A discovered target whose slot went to a new name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Evicted {
+    pub target: Arc<str>,
+    /// How long it had routed no batch.
+    pub idle: Duration,
+}
+
 /// Maps [`ProcessInfo`] to a target name.
 #[derive(Debug)]
 pub struct Router {
     targets: Vec<(Arc<str>, TargetConfig)>,
-    /// Names discovered automatically, only used when no target is configured.
-    discovered: HashSet<Arc<str>>,
+    /// Names discovered automatically (only used when no target is configured), with
+    /// when each last routed a batch that discovers.
+    discovered: HashMap<Arc<str>, Instant>,
     max_targets: usize,
+    /// Whether an idle discovered name gives way to a new one.
+    evicts: bool,
 }
 
 impl Router {
@@ -29,9 +57,17 @@ impl Router {
                 .iter()
                 .map(|t| (Arc::from(t.name.trim()), t.clone()))
                 .collect(),
-            discovered: HashSet::new(),
+            discovered: HashMap::new(),
             max_targets: max_targets.max(1),
+            evicts: true,
         }
+    }
+
+    /// Never evicts a discovered name: a recorded trace is read far faster than it was
+    /// made, so the wall clock of the reading says nothing of a service's idleness.
+    pub fn without_eviction(mut self) -> Self {
+        self.evicts = false;
+        self
     }
 
     /// True when targets come from input rather than configuration.
@@ -39,27 +75,34 @@ impl Router {
         self.targets.is_empty()
     }
 
-    /// The target of `p`, or why its events are dropped (`no_target` when nothing matches
-    /// or the process has no name, `capped` when discovery is full).
-    pub fn route(&mut self, p: &ProcessInfo) -> Result<Arc<str>, DropReason> {
-        self.route_with(p, true)
+    /// The target of `p` at wall-clock time `now`, or why its events are dropped
+    /// (`no_target` when nothing matches or the process has no name, `capped` when
+    /// discovery is full and no discovered name was idle for [`DISCOVERED_IDLE`]).
+    pub fn route(&mut self, p: &ProcessInfo, now: Instant) -> Result<Routed, DropReason> {
+        self.route_with(p, Some(now))
     }
 
     /// Like [`Router::route`], but a name not yet discovered stays undiscovered: for
     /// records that make no target in the engine (TCP segment readings, which come for
     /// every process of a namespace and from OTLP metric senders), so they never take a
-    /// discovery slot a service with calls would need.
+    /// discovery slot a service with calls would need. Nor do they keep a name from
+    /// being idle: they come whether the process makes calls or not.
     pub fn route_without_discovery(&mut self, p: &ProcessInfo) -> Result<Arc<str>, DropReason> {
-        self.route_with(p, false)
+        self.route_with(p, None).map(|r| r.target)
     }
 
-    fn route_with(&mut self, p: &ProcessInfo, discover: bool) -> Result<Arc<str>, DropReason> {
+    /// `now`: discover (and stamp) at that time; `None`: no discovery.
+    fn route_with(&mut self, p: &ProcessInfo, now: Option<Instant>) -> Result<Routed, DropReason> {
+        let routed = |target: Arc<str>| Routed {
+            target,
+            evicted: None,
+        };
         if !self.targets.is_empty() {
             return self
                 .targets
                 .iter()
                 .find(|(_, t)| matches(t, p))
-                .map(|(n, _)| n.clone())
+                .map(|(n, _)| routed(n.clone()))
                 .ok_or(DropReason::NoTarget);
         }
         let raw = p
@@ -70,19 +113,46 @@ impl Router {
             .filter(|s| !s.is_empty())
             .ok_or(DropReason::NoTarget)?;
         let name = sanitize(raw);
-        if let Some(n) = self.discovered.get(name.as_str()) {
-            return Ok(n.clone());
+        if let Some((n, last)) = self.discovered.get_key_value(name.as_str()) {
+            let n = n.clone();
+            if let Some(now) = now.filter(|now| now > last) {
+                self.discovered.insert(n.clone(), now);
+            }
+            return Ok(routed(n));
         }
-        if !discover {
+        let Some(now) = now else {
             // The engine counts these records as untargeted (it has no such target).
-            return Ok(Arc::from(name));
-        }
+            return Ok(routed(Arc::from(name)));
+        };
+        let mut evicted = None;
         if self.discovered.len() >= self.max_targets {
-            return Err(DropReason::Capped);
+            evicted = self.evict_idle(now);
+            if evicted.is_none() {
+                return Err(DropReason::Capped);
+            }
         }
         let n: Arc<str> = Arc::from(name);
-        self.discovered.insert(n.clone());
-        Ok(n)
+        self.discovered.insert(n.clone(), now);
+        Ok(Routed { target: n, evicted })
+    }
+
+    /// Removes the discovered name that routed least recently, if it has been idle for
+    /// [`DISCOVERED_IDLE`] at `now` (ties go to the first name, so runs are reproducible).
+    fn evict_idle(&mut self, now: Instant) -> Option<Evicted> {
+        if !self.evicts {
+            return None;
+        }
+        let (name, last) = self
+            .discovered
+            .iter()
+            .min_by(|(a, ta), (b, tb)| ta.cmp(tb).then_with(|| a.cmp(b)))?;
+        let idle = now.saturating_duration_since(*last);
+        if idle < DISCOVERED_IDLE {
+            return None;
+        }
+        let target = name.clone();
+        self.discovered.remove(&target);
+        Some(Evicted { target, idle })
     }
 }
 
@@ -120,6 +190,25 @@ mod tests {
         }
     }
 
+    /// Routes at one fixed time (these tests are not about idleness).
+    fn route(r: &mut Router, p: &ProcessInfo) -> Result<Arc<str>, DropReason> {
+        let routed = r.route(p, Instant::now())?;
+        assert_eq!(routed.evicted, None);
+        Ok(routed.target)
+    }
+
+    /// Routes at `at_s` seconds after `t0`, answering the target and the evicted name.
+    fn route_at(
+        r: &mut Router,
+        t0: Instant,
+        at_s: u64,
+        name: &str,
+    ) -> Result<(String, Option<String>), DropReason> {
+        let routed = r.route(&proc(name), t0 + Duration::from_secs(at_s))?;
+        let evicted = routed.evicted.map(|e| e.target.to_string());
+        Ok((routed.target.to_string(), evicted))
+    }
+
     #[test]
     fn configured_targets_match_in_order_and_others_are_no_target() {
         let t = vec![
@@ -136,18 +225,18 @@ mod tests {
             },
         ];
         let mut r = Router::new(&t, 8);
-        assert_eq!(r.route(&proc("mariadbd")).as_deref(), Ok("db"));
+        assert_eq!(route(&mut r, &proc("mariadbd")).as_deref(), Ok("db"));
         let svc = ProcessInfo {
             service_name: Some("frontend".into()),
             ..ProcessInfo::default()
         };
-        assert_eq!(r.route(&svc).as_deref(), Ok("web"));
+        assert_eq!(route(&mut r, &svc).as_deref(), Ok("web"));
         let cg = ProcessInfo {
             cgroup: Some("/sys/fs/cgroup/docker-abc.scope".into()),
             ..ProcessInfo::default()
         };
-        assert_eq!(r.route(&cg).as_deref(), Ok("web"));
-        assert_eq!(r.route(&proc("bash")), Err(DropReason::NoTarget));
+        assert_eq!(route(&mut r, &cg).as_deref(), Ok("web"));
+        assert_eq!(route(&mut r, &proc("bash")), Err(DropReason::NoTarget));
     }
 
     #[test]
@@ -158,12 +247,15 @@ mod tests {
             service_name: Some("checkout".into()),
             ..ProcessInfo::default()
         };
-        assert_eq!(r.route(&both).as_deref(), Ok("checkout"));
-        assert_eq!(r.route(&proc("nginx")).as_deref(), Ok("nginx"));
-        assert_eq!(r.route(&proc("redis")), Err(DropReason::Capped));
+        assert_eq!(route(&mut r, &both).as_deref(), Ok("checkout"));
+        assert_eq!(route(&mut r, &proc("nginx")).as_deref(), Ok("nginx"));
+        assert_eq!(route(&mut r, &proc("redis")), Err(DropReason::Capped));
         // Known names keep routing after the cap is reached.
-        assert_eq!(r.route(&proc("nginx")).as_deref(), Ok("nginx"));
-        assert_eq!(r.route(&ProcessInfo::default()), Err(DropReason::NoTarget));
+        assert_eq!(route(&mut r, &proc("nginx")).as_deref(), Ok("nginx"));
+        assert_eq!(
+            route(&mut r, &ProcessInfo::default()),
+            Err(DropReason::NoTarget)
+        );
     }
 
     #[test]
@@ -175,20 +267,98 @@ mod tests {
             Ok("sshd")
         );
         // So the only slot is still free for a service with calls.
-        assert_eq!(r.route(&proc("nginx")).as_deref(), Ok("nginx"));
+        assert_eq!(route(&mut r, &proc("nginx")).as_deref(), Ok("nginx"));
         assert_eq!(
             r.route_without_discovery(&proc("nginx")).as_deref(),
             Ok("nginx")
         );
-        assert_eq!(r.route(&proc("sshd")), Err(DropReason::Capped));
+        assert_eq!(route(&mut r, &proc("sshd")), Err(DropReason::Capped));
     }
 
     #[test]
     fn discovered_names_are_bounded_and_printable() {
         let mut r = Router::new(&[], 2);
         let long = "x\n".repeat(500);
-        let name = r.route(&proc(&long)).unwrap_or_else(|_| Arc::from(""));
+        let name = route(&mut r, &proc(&long)).unwrap_or_else(|_| Arc::from(""));
         assert_eq!(name.chars().count(), MAX_TARGET_NAME_CHARS);
         assert!(!name.contains('\n'));
+    }
+
+    const IDLE_S: u64 = DISCOVERED_IDLE.as_secs();
+
+    #[test]
+    fn a_new_name_takes_the_slot_of_the_least_recent_name_idle_long_enough() {
+        let t0 = Instant::now();
+        let mut r = Router::new(&[], 2);
+        let ok = |t: &str, e: Option<&str>| Ok((t.to_owned(), e.map(str::to_owned)));
+        assert_eq!(route_at(&mut r, t0, 0, "curl"), ok("curl", None));
+        assert_eq!(route_at(&mut r, t0, 5, "web"), ok("web", None));
+        // Both routed within DISCOVERED_IDLE: the new name is capped, as before.
+        assert_eq!(
+            route_at(&mut r, t0, IDLE_S - 1, "sh"),
+            Err(DropReason::Capped)
+        );
+        // A batch keeps a name active: `web` routes again, `curl` does not.
+        assert_eq!(route_at(&mut r, t0, IDLE_S - 1, "web"), ok("web", None));
+        // `curl` has been idle DISCOVERED_IDLE: `sh` takes its slot, the caller is told.
+        assert_eq!(route_at(&mut r, t0, IDLE_S, "sh"), ok("sh", Some("curl")));
+        let idle = r.route(&proc("sh2"), t0 + DISCOVERED_IDLE);
+        assert_eq!(
+            idle,
+            Err(DropReason::Capped),
+            "`web` is not idle long enough yet"
+        );
+        // The least recent goes first: `web` (last at IDLE_S - 1) before `sh` (IDLE_S).
+        let later = t0 + Duration::from_secs(3 * IDLE_S);
+        let routed = r.route(&proc("cron"), later).expect("a slot");
+        let evicted = routed.evicted.expect("an eviction");
+        assert_eq!(&*evicted.target, "web");
+        assert_eq!(evicted.idle, Duration::from_secs(2 * IDLE_S + 1));
+        // An evicted name is new again: it takes a slot as any new name (`sh`'s).
+        let web = route_at(&mut r, t0, 3 * IDLE_S, "web");
+        assert_eq!(web, ok("web", Some("sh")));
+        assert_eq!(route_at(&mut r, t0, 3 * IDLE_S, "cron"), ok("cron", None));
+        let both_active = route_at(&mut r, t0, 3 * IDLE_S + 1, "sh");
+        assert_eq!(both_active, Err(DropReason::Capped));
+    }
+
+    #[test]
+    fn segment_readings_do_not_keep_a_name_active() {
+        let t0 = Instant::now();
+        let mut r = Router::new(&[], 1);
+        assert!(route_at(&mut r, t0, 0, "curl").is_ok());
+        // Readings of its namespace keep coming, calls do not.
+        let seg = r.route_without_discovery(&proc("curl"));
+        assert_eq!(seg.as_deref(), Ok("curl"));
+        let routed = route_at(&mut r, t0, IDLE_S, "web");
+        assert_eq!(routed, Ok(("web".into(), Some("curl".into()))));
+    }
+
+    #[test]
+    fn configured_targets_and_recorded_traces_never_evict() {
+        let t0 = Instant::now();
+        let cfg = vec![TargetConfig {
+            name: "db".into(),
+            process_names: vec!["mariadbd".into()],
+            ..TargetConfig::default()
+        }];
+        let mut r = Router::new(&cfg, 1);
+        assert_eq!(route_at(&mut r, t0, 0, "mariadbd"), Ok(("db".into(), None)));
+        let much_later = 100 * IDLE_S;
+        assert_eq!(
+            route_at(&mut r, t0, much_later, "bash"),
+            Err(DropReason::NoTarget)
+        );
+        assert_eq!(
+            route_at(&mut r, t0, much_later, "mariadbd"),
+            Ok(("db".into(), None))
+        );
+
+        let mut offline = Router::new(&[], 1).without_eviction();
+        assert!(route_at(&mut offline, t0, 0, "curl").is_ok());
+        assert_eq!(
+            route_at(&mut offline, t0, much_later, "web"),
+            Err(DropReason::Capped)
+        );
     }
 }

@@ -479,6 +479,9 @@ impl ReportSink for SharedOtlpSink {
         self.0.publish(report);
         Ok(())
     }
+    fn forget(&mut self, target: &str) {
+        self.0.forget(target);
+    }
 }
 
 /// The JSON-lines sink shared with the runner, which waits for its final lines itself
@@ -510,6 +513,9 @@ impl ReportSink for SharedJsonSink {
     }
     fn observe_engine_counters(&mut self, counters: &faultline_engine::report::EngineCounters) {
         self.sink().observe_engine_counters(counters);
+    }
+    fn forget(&mut self, target: &str) {
+        self.sink().forget(target);
     }
 }
 
@@ -771,6 +777,9 @@ mod tests {
             _: u64,
             _: faultline_engine::Stillness,
         ) -> Result<(), engine_host::HostError> {
+            Ok(())
+        }
+        fn forget(&mut self, _: &str) -> Result<(), engine_host::HostError> {
             Ok(())
         }
         fn take_reports(

@@ -188,6 +188,12 @@ impl SilenceWatch {
         }
     }
 
+    /// Stops watching `target` (the router evicted it): its slot goes to a new target,
+    /// and an evicted target is not reported on.
+    pub fn forget(&mut self, target: &str) {
+        self.targets.remove(target);
+    }
+
     /// The targets silent for at least `after` at `now` whose capture is still
     /// `running` and of which a process still `exists`, each with the event time its
     /// clock may move to and how the pids of those processes stand (`probe`, within

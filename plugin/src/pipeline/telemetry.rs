@@ -319,6 +319,8 @@ pub struct Telemetry {
     reorder_held: AtomicU64,
     reorder_late: AtomicU64,
     reorder_overflows: AtomicU64,
+    /// Idle discovered targets whose slot went to a new name (see `pipeline::router`).
+    targets_evicted: AtomicU64,
     /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
     /// Live captures, each once started.
@@ -371,6 +373,14 @@ impl Telemetry {
     }
     pub fn add_guest_restart_failure(&self) {
         self.guest_restart_failures.fetch_add(1, Ordering::Relaxed);
+    }
+    /// One idle discovered target evicted for a new name.
+    pub fn add_target_evicted(&self) {
+        self.targets_evicted.fetch_add(1, Ordering::Relaxed);
+    }
+    /// Discovered targets evicted since start, so operators see helpers churning slots.
+    pub fn targets_evicted(&self) -> u64 {
+        self.targets_evicted.load(Ordering::Relaxed)
     }
     pub fn guest_restarts(&self) -> u64 {
         self.guest_restarts.load(Ordering::Relaxed)

@@ -29,6 +29,9 @@ macro_rules! idle_engine_methods {
         ) -> Result<(), $crate::engine_host::HostError> {
             Ok(())
         }
+        fn forget(&mut self, _: &str) -> Result<(), $crate::engine_host::HostError> {
+            Ok(())
+        }
         fn take_reports(
             &mut self,
         ) -> Result<Vec<faultline_engine::Report>, $crate::engine_host::HostError> {

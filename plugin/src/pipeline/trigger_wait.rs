@@ -124,6 +124,17 @@ impl TriggerWait {
         due
     }
 
+    /// Drops `target`'s clock (the router evicted it) and hands back the triggers parked
+    /// on it: no data will come for them.
+    pub fn forget(&mut self, target: &str) -> Vec<Waiting> {
+        self.clocks.remove(target);
+        let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
+            .into_iter()
+            .partition(|w| w.target == target);
+        self.waiting = keep;
+        gone
+    }
+
     /// Every parked trigger (end of stream: no more data will come).
     pub fn drain(&mut self) -> Vec<Waiting> {
         std::mem::take(&mut self.waiting)

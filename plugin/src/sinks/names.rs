@@ -90,6 +90,9 @@ pub const REORDER_LATE: &str = "faultline_otlp_records_out_of_order";
 pub const REORDER_OVERFLOWS: &str = "faultline_otlp_reorder_overflows";
 /// Counter.
 pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
+/// Counter: idle discovered targets whose slot went to a new name.
+pub const TARGETS_EVICTED: &str = "faultline_targets_evicted";
+pub const TARGETS_EVICTED_HELP: &str = "Discovered targets (no [[targets]] configured) that routed no batch for 10 min and gave their slot under analysis.max_targets to a new name; their analysis state and series are dropped";
 /// Counter: re-instantiations of the guest that failed (each backs off the next one).
 pub const GUEST_RESTART_FAILURES: &str = "faultline_guest_restart_failures";
 pub const GUEST_RESTART_FAILURES_HELP: &str = "Times re-instantiating the WASM engine guest after a trap failed; the next attempt waits 1 s, doubling up to 60 s, and meanwhile batches are dropped (reason engine_unavailable)";

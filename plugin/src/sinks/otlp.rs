@@ -426,6 +426,12 @@ impl OtlpSink {
         self.logger.emit(rec);
     }
 
+    /// Stops pushing the target's series (the router evicted it) and frees its place
+    /// under `max_targets`.
+    pub fn forget(&self, target: &str) {
+        lock(&self.state).targets.remove(target);
+    }
+
     /// Reports of targets beyond `max_targets`, not exported.
     pub fn capped_reports(&self) -> u64 {
         lock(&self.state).capped
@@ -522,6 +528,9 @@ impl ReportSink for OtlpSink {
     fn publish(&mut self, report: &Report) -> Result<(), SinkError> {
         OtlpSink::publish(self, report);
         Ok(())
+    }
+    fn forget(&mut self, target: &str) {
+        OtlpSink::forget(self, target);
     }
     // `flush` keeps the default no-op: pushes happen on the SDK's workers and a blocking
     // network flush would stall the engine thread; `shutdown` flushes.
@@ -889,6 +898,12 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
                 obs.observe(u64::from(up), &[]);
             }
         })
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter(names::TARGETS_EVICTED)
+        .with_description(names::TARGETS_EVICTED_HELP)
+        .with_callback(move |obs| obs.observe(t.targets_evicted(), &[]))
         .build();
     let t = telemetry.clone();
     meter

@@ -265,6 +265,10 @@ impl ReportSink for PrometheusSink {
     fn observe_engine_counters(&mut self, counters: &EngineCounters) {
         self.shared.lock().engine = *counters;
     }
+
+    fn forget(&mut self, target: &str) {
+        self.shared.lock().targets.remove(target);
+    }
 }
 
 /// Encodes the per-target and pipeline series on each scrape.
@@ -645,6 +649,12 @@ impl Collector for SeriesCollector {
             names::REORDER_OVERFLOWS,
             "Times the OTLP reorder stage was full and fed the oldest records of the target holding most before their turn",
             overflows,
+        )?;
+        counter(
+            &mut enc,
+            names::TARGETS_EVICTED,
+            names::TARGETS_EVICTED_HELP,
+            shared.telemetry.targets_evicted(),
         )?;
         counter(
             &mut enc,

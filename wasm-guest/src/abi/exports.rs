@@ -119,6 +119,16 @@ pub extern "C" fn fl_advance(ptr: u32, len: u32, now_ns: u64, still: u32) -> i32
     })
 }
 
+/// Drops the state and pending reports of the target named at `ptr..ptr+len` (the host
+/// evicted it); its per-target params stay. Unknown targets are no error.
+#[no_mangle]
+pub extern "C" fn fl_forget(ptr: u32, len: u32) -> i32 {
+    with(|g| match bytes(ptr, len) {
+        Some(b) => g.forget(b),
+        None => bad_argument(g),
+    })
+}
+
 /// Reports produced since the last call; result: JSON array.
 #[no_mangle]
 pub extern "C" fn fl_take_reports() -> i32 {

@@ -159,6 +159,23 @@ impl Guest {
         }
     }
 
+    /// `fl_forget`: drops a target's state and pending reports (see [`Engine::forget`]);
+    /// a target the engine does not know is no error.
+    pub fn forget(&mut self, target: &[u8]) -> i32 {
+        let target = match self.target(target) {
+            Ok(t) => t,
+            Err(code) => return code,
+        };
+        match self.engine() {
+            Ok(engine) => {
+                engine.forget(target);
+                self.result.clear();
+                Status::Ok as i32
+            }
+            Err(code) => code,
+        }
+    }
+
     /// `fl_take_reports`: result is a JSON array of `Report`.
     pub fn take_reports(&mut self) -> i32 {
         let reports = match self.engine() {

@@ -31,7 +31,8 @@ mod exports;
 ///    processes ([`crate::Stillness::code`]).
 /// 9: an off-CPU record's `ret` 2 means blocked uninterruptibly (8 read it as preempted).
 /// 10: record kind 7 (a network namespace's TCP segments sent and retransmitted).
-pub const ABI_VERSION: u32 = 10;
+/// 11: the guest exports `fl_forget` (an evicted target's state), which the host requires.
+pub const ABI_VERSION: u32 = 11;
 
 /// What every `fl_*` call that can fail returns.
 ///
