@@ -324,7 +324,7 @@ impl EngineTask {
     fn evict(&mut self, e: Evicted) {
         let Evicted { target, idle } = e;
         tracing::info!(
-            %target,
+            target_name = %target,
             idle_seconds = idle.as_secs(),
             "idle target evicted: its slot goes to a new target"
         );
@@ -563,7 +563,7 @@ impl EngineTask {
                 }
             };
             let target = &d.target;
-            tracing::info!(%target, "silent target, its clock moves on: {how}");
+            tracing::info!(target_name = %target, "silent target, its clock moves on: {how}");
         }
         let result = due
             .iter()
@@ -579,8 +579,11 @@ impl EngineTask {
             Ok(_) => {}
             Err(e) => self.engine_error(&e),
         }
+        let at = (self.clock)();
         for d in &due {
             self.triggers.advance(&d.target, d.now_ns);
+            // Its processes live on and its reports go on: not idle (see `Router::touch`).
+            self.router.touch(&d.target, at);
         }
         self.answer_due();
     }

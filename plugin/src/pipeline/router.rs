@@ -138,6 +138,15 @@ impl Router {
 
     /// Removes the discovered name that routed least recently, if it has been idle for
     /// [`DISCOVERED_IDLE`] at `now` (ties go to the first name, so runs are reproducible).
+    /// Marks discovered `target` as active at `now` without a batch: the silence watch
+    /// moved its clock, so its processes live on and its reports (a frozen service's "no
+    /// system call") are still the news; eviction must not take its slot.
+    pub fn touch(&mut self, target: &str, now: Instant) {
+        if let Some(at) = self.discovered.get_mut(target) {
+            *at = (*at).max(now);
+        }
+    }
+
     fn evict_idle(&mut self, now: Instant) -> Option<Evicted> {
         if !self.evicts {
             return None;
@@ -320,6 +329,18 @@ mod tests {
         assert_eq!(route_at(&mut r, t0, 3 * IDLE_S, "cron"), ok("cron", None));
         let both_active = route_at(&mut r, t0, 3 * IDLE_S + 1, "sh");
         assert_eq!(both_active, Err(DropReason::Capped));
+    }
+
+    #[test]
+    fn a_silent_target_whose_clock_moves_on_is_not_evicted() {
+        let t0 = Instant::now();
+        let mut r = Router::new(&[], 1);
+        assert!(route_at(&mut r, t0, 0, "frozen").is_ok());
+        r.touch("frozen", t0 + Duration::from_secs(IDLE_S - 1));
+        r.touch("unknown", t0 + Duration::from_secs(IDLE_S - 1));
+        assert_eq!(route_at(&mut r, t0, IDLE_S, "sh"), Err(DropReason::Capped));
+        let later = route_at(&mut r, t0, 2 * IDLE_S, "sh");
+        assert_eq!(later, Ok(("sh".to_owned(), Some("frozen".to_owned()))));
     }
 
     #[test]

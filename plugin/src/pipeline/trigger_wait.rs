@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use faultline_engine::clock_screen::{JUMP_CONFIRM_EVENTS, MAX_CLOCK_JUMP_NS};
 use faultline_engine::{EventKind, Report, SyscallEvent};
 use tokio::sync::oneshot;
 
@@ -37,6 +38,9 @@ pub struct TriggerWait {
     wait: Duration,
     /// Latest event time per target; as many entries as the router allows targets.
     clocks: HashMap<Arc<str>, u64>,
+    /// Per target, records in a row more than the engine's clock bound ahead of its clock
+    /// (see [`TriggerWait::observe`]); an entry only while such a run lasts.
+    far_runs: HashMap<Arc<str>, u64>,
     waiting: Vec<Waiting>,
 }
 
@@ -46,26 +50,45 @@ impl TriggerWait {
         Self {
             wait,
             clocks: HashMap::new(),
+            far_runs: HashMap::new(),
             waiting: Vec::new(),
         }
     }
 
     /// Advances `target`'s clock past the events just handed to the engine. Not past TCP
     /// segment records: their sampler reads the counters as they are now, seconds ahead
-    /// of the calls a trigger waits for (as in the engine's own clock).
+    /// of the calls a trigger waits for (as in the engine's own clock). Nor past a record
+    /// stamped more than the engine's clock bound ahead (a garbage time, which the engine
+    /// leaves out): the clock would stand a day ahead, and every later trigger be answered
+    /// at once, before its data. As in the engine, [`JUMP_CONFIRM_EVENTS`] such records in
+    /// a row, with none near, say the source's clock really jumped.
     pub fn observe(&mut self, target: &Arc<str>, events: &[SyscallEvent]) {
-        let Some(latest) = events
-            .iter()
-            .filter(|e| e.kind != EventKind::TcpSegments)
-            .map(|e| e.ts_ns)
-            .max()
-        else {
+        let calls = || events.iter().filter(|e| e.kind != EventKind::TcpSegments);
+        let Some(latest) = calls().map(|e| e.ts_ns).max() else {
             return;
         };
-        match self.clocks.get_mut(target) {
-            Some(c) => *c = (*c).max(latest),
+        let Some(c) = self.clocks.get_mut(target) else {
+            self.clocks.insert(target.clone(), latest);
+            return;
+        };
+        let bound = c.saturating_add(MAX_CLOCK_JUMP_NS);
+        if latest <= bound {
+            *c = (*c).max(latest);
+            self.far_runs.remove(target);
+            return;
+        }
+        match calls().map(|e| e.ts_ns).filter(|&t| t <= bound).max() {
+            Some(near) => {
+                *c = (*c).max(near);
+                self.far_runs.remove(target);
+            }
             None => {
-                self.clocks.insert(target.clone(), latest);
+                let run = self.far_runs.entry(target.clone()).or_default();
+                *run = run.saturating_add(calls().count() as u64);
+                if *run >= JUMP_CONFIRM_EVENTS {
+                    *c = latest;
+                    self.far_runs.remove(target);
+                }
             }
         }
     }
@@ -128,6 +151,7 @@ impl TriggerWait {
     /// on it: no data will come for them.
     pub fn forget(&mut self, target: &str) -> Vec<Waiting> {
         self.clocks.remove(target);
+        self.far_runs.remove(target);
         let (gone, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.waiting)
             .into_iter()
             .partition(|w| w.target == target);
@@ -212,6 +236,28 @@ mod tests {
             &t,
             &[ev(1_000), SyscallEvent::tcp_segments(1, 4_000, 10, 1)],
         );
+        assert_eq!(w.take_due(now).len(), 1);
+    }
+
+    #[test]
+    fn a_record_stamped_far_ahead_does_not_answer_triggers_before_their_data() {
+        let mut w = TriggerWait::new(Duration::from_secs(10));
+        let t: Arc<str> = Arc::from("api");
+        let now = Instant::now();
+        let day = 86_400_000_000_000;
+        w.observe(&t, &[ev(100)]);
+        // A garbage time with a near record, then alone: the clock takes the near one.
+        w.observe(&t, &[ev(200), ev(day)]);
+        w.observe(&t, &[ev(2 * day)]);
+        let (tx, _rx) = reply();
+        assert!(
+            w.park("api".into(), 1_000, tx, now, false).is_none(),
+            "waits"
+        );
+        assert!(w.take_due(now).is_empty());
+        // The source's clock jumped for real: enough far records in a row move it.
+        let far: Vec<_> = (0..JUMP_CONFIRM_EVENTS).map(|i| ev(day + i)).collect();
+        w.observe(&t, &far);
         assert_eq!(w.take_due(now).len(), 1);
     }
 

@@ -48,7 +48,7 @@ pub const SOURCE_UP: &str = "faultline_source_up";
 /// analysed any more (an OTLP-fed setup has no other alert for it).
 pub const ENGINE_UP: &str = "faultline_engine_up";
 /// [`ENGINE_UP`]'s help, the same in both sinks.
-pub const ENGINE_UP_HELP: &str = "1 while faultline's analysis engine thread runs, 0 once it ended: events are then still received and counted but nothing is analysed, no report is made, and /healthz answers 503";
+pub const ENGINE_UP_HELP: &str = "1 while faultline's analysis engine thread runs, 0 once it ended (a panic): nothing is analysed, /healthz answers 503, and faultline shuts down and exits 1 for its supervisor to restart it";
 /// Counter, by `signal`.
 pub const OTLP_EXPORT_FAILURES: &str = "faultline_otlp_export_failures";
 /// Gauge: verdict records the OTLP collector refused, kept to be sent again.
