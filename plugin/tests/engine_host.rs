@@ -721,3 +721,120 @@ fn the_native_engines_heap_is_handed_to_huge_pages_as_it_grows() {
         eprintln!("this kernel cannot collapse on request: only the hand-over was checked");
     }
 }
+
+/// A target whose own batches keep trapping the real guest is quarantined after the third
+/// trap: its fourth batch is dropped without a call (no fourth trap), and the other
+/// target's data after it is analysed in one guest life, to a final report.
+#[test]
+fn a_target_whose_batches_keep_trapping_the_guest_is_quarantined() {
+    use std::time::Duration;
+
+    use faultline::config::PrometheusSinkConfig;
+    use faultline::model::{EventBatch, ProcessInfo};
+    use faultline::pipeline::engine_task::EngineTask;
+    use faultline::pipeline::quarantine::TRAPS_TO_QUARANTINE;
+    use faultline::pipeline::queue;
+    use faultline::pipeline::router::Router;
+    use faultline::pipeline::telemetry::DropReason;
+    use faultline::sinks::prometheus;
+
+    let _alone = heavy();
+    let telemetry = Arc::new(Telemetry::default());
+    let config = HostConfig {
+        memory_limit_bytes: 16 << 20,
+        ..HostConfig::default()
+    };
+    let host = WasmHost::new(&config, Params::default(), telemetry.clone()).unwrap();
+    let (sink, exporter) = prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+    let task = EngineTask::new(
+        Box::new(host),
+        Router::new(&[], 4),
+        Vec::new(),
+        vec![Box::new(sink)],
+        telemetry.clone(),
+        Duration::from_secs(5),
+        Duration::from_secs(1),
+    )
+    .expect("task");
+    let db: Vec<SyscallEvent> = generate(&StreamSpec {
+        threads: 8,
+        seconds: 40.0,
+        ..StreamSpec::default()
+    })
+    .collect();
+    // Larger than the guest's 16 MiB: copying it in traps, every time (as the test above).
+    let poison: Vec<SyscallEvent> = db.iter().copied().cycle().take(500_000).collect();
+    let batch = |comm: &str, events: &[SyscallEvent]| EventBatch {
+        source: "perf",
+        process: ProcessInfo {
+            comm: Some(comm.into()),
+            ..ProcessInfo::default()
+        },
+        events: events.to_vec(),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (tx, rx) = queue::bounded(2);
+    let (_cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(1);
+    let handle = rt.handle().clone();
+    let thread = std::thread::spawn(move || task.run(handle, rx, cmd_rx));
+    for _ in 0..=TRAPS_TO_QUARANTINE {
+        rt.block_on(tx.send(batch("poison", &poison)))
+            .expect("queue open");
+    }
+    for part in db.chunks(BATCH) {
+        rt.block_on(tx.send(batch("db", part))).expect("queue open");
+    }
+    drop(tx);
+    let summary = thread.join().expect("engine thread");
+
+    let perf = telemetry.source("perf");
+    let traps = TRAPS_TO_QUARANTINE as u64;
+    assert_eq!(
+        telemetry.guest_traps(),
+        traps,
+        "no trap after the quarantine began"
+    );
+    assert_eq!(telemetry.guest_traps_by(TrapReason::MemoryLimit), traps);
+    assert_eq!(
+        perf.dropped(DropReason::EngineError),
+        traps * poison.len() as u64
+    );
+    assert_eq!(perf.dropped(DropReason::Quarantined), poison.len() as u64);
+    assert!(!summary.finish_failed, "{summary:?}");
+    let text = exporter.encode().expect("encode");
+    assert_eq!(
+        sample(&text, "faultline_targets_quarantined"),
+        Some(1.0),
+        "{text}"
+    );
+    assert_eq!(
+        sample(&text, "faultline_target_quarantines_total"),
+        Some(1.0)
+    );
+    assert_eq!(
+        sample(
+            &text,
+            "faultline_events_dropped_total{source=\"perf\",reason=\"quarantined\"}"
+        ),
+        Some(poison.len() as f64)
+    );
+    // db's events were all analysed by the last guest: its final report counts its 8
+    // threads.
+    assert_eq!(
+        sample(&text, "faultline_threads{target=\"db\",state=\"total\"}"),
+        Some(8.0),
+        "{text}"
+    );
+}
+
+/// The value of `series` (name and labels exactly as exported) in exposition `text`.
+fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines().find_map(|l| {
+        let rest = l.strip_prefix(series)?;
+        rest.strip_prefix(' ')?.trim().parse().ok()
+    })
+}

@@ -12,6 +12,7 @@ use tokio::runtime::Handle;
 use tokio::sync::mpsc;
 
 use super::process_state;
+use super::quarantine::{Quarantine, TrapOutcome};
 use super::queue::BatchReceiver;
 use super::reorder::Reorder;
 use super::report_sink::{ReportSink, SinkError};
@@ -92,7 +93,11 @@ pub struct EngineTask {
     reorder_checked: Instant,
     /// [`EngineCommand::Stop`] arrived: the queue is to be closed and drained.
     stopping: bool,
-    /// The wall clock the router judges discovered targets' idleness by (tests set it).
+    /// Targets whose own calls kept trapping the guest, set aside for a while.
+    quarantine: Quarantine,
+    quarantine_checked: Instant,
+    /// The wall clock the router judges discovered targets' idleness by, and quarantines
+    /// run on (tests set it).
     clock: Box<dyn Fn() -> Instant + Send>,
 }
 
@@ -147,6 +152,8 @@ impl EngineTask {
             reorder_warnings: WarnLimit::new(Duration::from_secs(60)),
             reorder_checked: Instant::now(),
             stopping: false,
+            quarantine: Quarantine::default(),
+            quarantine_checked: Instant::now(),
             clock: Box::new(Instant::now),
         })
     }
@@ -167,7 +174,8 @@ impl EngineTask {
         self
     }
 
-    /// Routes by `clock` instead of the wall clock, so tests can make targets idle.
+    /// Routes by `clock` instead of the wall clock, so tests can make targets idle and
+    /// quarantines end.
     #[cfg(test)]
     fn with_clock(mut self, clock: impl Fn() -> Instant + Send + 'static) -> Self {
         self.clock = Box::new(clock);
@@ -235,6 +243,7 @@ impl EngineTask {
                     // Processes that went quiet hold nothing back any more.
                     self.release_quiet();
                     self.publish_reorder();
+                    self.expire_quarantines();
                     self.answer_due();
                     if self.quiet_since.elapsed() >= self.idle {
                         self.on_idle();
@@ -287,6 +296,10 @@ impl EngineTask {
                 return;
             }
         };
+        self.expire_quarantines();
+        if self.quarantined(&target, batch.source, batch.events.len()) {
+            return;
+        }
         if self.reorder.applies(batch.source) {
             let overflows = self.reorder.overflows;
             let key = super::reorder::process_key(&batch.process);
@@ -329,6 +342,7 @@ impl EngineTask {
             "idle target evicted: its slot goes to a new target"
         );
         self.telemetry.add_target_evicted();
+        self.quarantine.forget(&target);
         // Records the reorder stage accepted for it are analysed, not lost; then its entry
         // goes (nothing is left in it to drop).
         self.flush_target(&target);
@@ -422,12 +436,16 @@ impl EngineTask {
 
     /// Hands one batch of a routed target to the engine and publishes what it reports.
     fn feed(&mut self, target: &Arc<str>, batch: EventBatch) {
+        // Records the reorder stage held from before a quarantine began.
+        if self.quarantined(target, batch.source, batch.events.len()) {
+            return;
+        }
         let stats = self.telemetry.source(batch.source);
         self.summary.batches += 1;
         self.summary.events += batch.events.len() as u64;
         let started = Instant::now();
         let ingested = self.engine.ingest(target, &batch.events);
-        let result = match ingested {
+        let result = match &ingested {
             Ok(()) => {
                 if let Some(w) = &mut self.silence {
                     let pid = batch.process.pid;
@@ -437,8 +455,8 @@ impl EngineTask {
             }
             Err(e) => {
                 // The batch is lost (a trapped guest restarts without it): count it.
-                stats.add_dropped(DropReason::from(&e), batch.events.len() as u64);
-                self.engine_error(&e);
+                stats.add_dropped(DropReason::from(e), batch.events.len() as u64);
+                self.engine_error(e);
                 None
             }
         };
@@ -449,6 +467,80 @@ impl EngineTask {
             None => {}
         }
         self.triggers.observe(target, &batch.events);
+        if let Err(e) = &ingested {
+            self.after_failure(target, e);
+        }
+    }
+
+    /// Whether `target` is quarantined; if so its `events` (of `source`) are counted as
+    /// dropped.
+    fn quarantined(&mut self, target: &str, source: &'static str, events: usize) -> bool {
+        if self.quarantine.until(target, (self.clock)()).is_none() {
+            return false;
+        }
+        self.telemetry
+            .source(source)
+            .add_dropped(DropReason::Quarantined, events as u64);
+        true
+    }
+
+    /// Counts a trap of a call made for `target`; the trap that quarantines it drops
+    /// everything kept of it, as an eviction does: its reports would describe a state
+    /// that no longer exists, and its parked triggers get no data.
+    fn after_failure(&mut self, target: &Arc<str>, e: &HostError) {
+        if !matches!(e, HostError::Trap { .. }) {
+            return;
+        }
+        let now = (self.clock)();
+        let length = match self.quarantine.record_trap(target, now) {
+            TrapOutcome::Counted { .. } => return,
+            TrapOutcome::Quarantined { length } => length,
+        };
+        tracing::warn!(
+            target_name = %target,
+            traps = super::quarantine::TRAPS_TO_QUARANTINE,
+            within_seconds = super::quarantine::TRAP_WINDOW.as_secs(),
+            quarantine_seconds = length.as_secs(),
+            error = %e,
+            "target quarantined: its own calls trapped the engine guest again and again, and \
+             every trap cost every target its analysis state; its batches are dropped \
+             (faultline_events_dropped_total{{reason=\"quarantined\"}}) until the quarantine ends"
+        );
+        self.telemetry
+            .set_quarantined(self.quarantine.active(now), 1);
+        // What the reorder stage holds of it is counted as quarantined by `feed`.
+        self.flush_target(target);
+        self.reorder.forget(target);
+        if let Some(w) = &mut self.silence {
+            w.forget(target);
+        }
+        for w in self.triggers.forget(target) {
+            self.answer(w);
+        }
+        for s in &mut self.sinks {
+            s.forget(target);
+        }
+    }
+
+    /// Ends the quarantines that are over, at most once a second.
+    fn expire_quarantines(&mut self) {
+        let now = (self.clock)();
+        if now.saturating_duration_since(self.quarantine_checked) < Duration::from_secs(1) {
+            return;
+        }
+        self.quarantine_checked = now;
+        let over = self.quarantine.expire(now);
+        if over.is_empty() {
+            return;
+        }
+        for t in &over {
+            tracing::info!(
+                target_name = %t,
+                "quarantine over: the target is analysed again, from a clean state"
+            );
+        }
+        self.telemetry
+            .set_quarantined(self.quarantine.active(now), 0);
     }
 
     /// Handles up to [`COMMANDS_PER_BATCH`] commands already queued, without waiting;
@@ -496,6 +588,17 @@ impl EngineTask {
             let target: Arc<str> = Arc::from(w.target.as_str());
             self.feed_held(&target, source, due);
         }
+        let now = (self.clock)();
+        if let Some(until) = self.quarantine.until(&w.target, now) {
+            let left = until.saturating_duration_since(now).as_secs();
+            let why = format!(
+                "target `{}` is quarantined for another {left} s: its own engine calls trapped \
+                 the guest repeatedly (see faultline's log), so it is not analysed meanwhile",
+                w.target
+            );
+            let _ = w.reply.send(Err(why));
+            return;
+        }
         let started = Instant::now();
         let result = self.engine.trigger(&w.target, w.at_ns);
         self.observe(started);
@@ -508,6 +611,8 @@ impl EngineTask {
             }
             Err(e) => {
                 self.engine_error(&e);
+                let target: Arc<str> = Arc::from(w.target.as_str());
+                self.after_failure(&target, &e);
                 Err(e.to_string())
             }
         };
@@ -1139,21 +1244,49 @@ mod tests {
         thread.join().expect("engine thread");
     }
 
-    /// A native engine whose `finish` traps, as a guest over its budget in `fl_finish`.
-    struct TrappingFinish(NativeHost);
+    /// A native engine whose `finish` traps, as a guest over its budget in `fl_finish`,
+    /// or whose calls for one target trap, as a guest on a poison batch.
+    struct Trapping {
+        native: NativeHost,
+        on_finish: bool,
+        ingest_of: Option<&'static str>,
+        ingests: Arc<std::sync::atomic::AtomicU64>,
+    }
 
-    impl EngineHost for TrappingFinish {
+    impl Trapping {
+        fn finish(native: NativeHost) -> Self {
+            Self {
+                native,
+                on_finish: true,
+                ingest_of: None,
+                ingests: Arc::default(),
+            }
+        }
+    }
+
+    fn trap(call: &'static str) -> HostError {
+        HostError::Trap {
+            call,
+            message: "out of fuel (test double)".into(),
+        }
+    }
+
+    impl EngineHost for Trapping {
         fn kind(&self) -> crate::engine_host::EngineKind {
-            self.0.kind()
+            self.native.kind()
         }
         fn set_target_params(&mut self, target: &str, p: Params) -> Result<(), HostError> {
-            self.0.set_target_params(target, p)
+            self.native.set_target_params(target, p)
         }
         fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
-            self.0.ingest(target, events)
+            self.ingests.fetch_add(1, Ordering::Relaxed);
+            if self.ingest_of == Some(target) {
+                return Err(trap("fl_ingest"));
+            }
+            self.native.ingest(target, events)
         }
         fn trigger(&mut self, target: &str, at_ns: u64) -> Result<Option<Report>, HostError> {
-            self.0.trigger(target, at_ns)
+            self.native.trigger(target, at_ns)
         }
         fn advance(
             &mut self,
@@ -1161,32 +1294,32 @@ mod tests {
             now_ns: u64,
             still: Stillness,
         ) -> Result<(), HostError> {
-            self.0.advance(target, now_ns, still)
+            self.native.advance(target, now_ns, still)
         }
         fn forget(&mut self, target: &str) -> Result<(), HostError> {
-            self.0.forget(target)
+            self.native.forget(target)
         }
         fn take_reports(&mut self) -> Result<Vec<Report>, HostError> {
-            self.0.take_reports()
+            self.native.take_reports()
         }
         fn finish(&mut self) -> Result<Vec<Report>, HostError> {
-            Err(HostError::Trap {
-                call: "fl_finish",
-                message: "out of fuel (test double)".into(),
-            })
+            if self.on_finish {
+                return Err(trap("fl_finish"));
+            }
+            self.native.finish()
         }
         fn calibrate(
             &mut self,
             target: &str,
             fault_start_ns: Option<u64>,
         ) -> Result<Option<faultline_engine::report::Calibration>, HostError> {
-            self.0.calibrate(target, fault_start_ns)
+            self.native.calibrate(target, fault_start_ns)
         }
         fn counters(&mut self) -> Result<faultline_engine::report::EngineCounters, HostError> {
-            self.0.counters()
+            self.native.counters()
         }
         fn state_bytes(&mut self) -> Result<usize, HostError> {
-            self.0.state_bytes()
+            self.native.state_bytes()
         }
     }
 
@@ -1215,7 +1348,7 @@ mod tests {
             (summary, finals)
         };
         let native = || NativeHost::new(Params::default(), true).expect("engine");
-        let (summary, finals) = run(Box::new(TrappingFinish(native())));
+        let (summary, finals) = run(Box::new(Trapping::finish(native())));
         assert!(summary.finish_failed, "{summary:?}");
         assert_eq!(finals, 0);
         assert!(summary.engine_errors >= 1);
@@ -1481,5 +1614,118 @@ mod tests {
         assert_eq!(perf.dropped(DropReason::Capped), events);
         assert_eq!(telemetry.targets_evicted(), 1);
         assert!(exported("web"));
+    }
+
+    #[test]
+    fn a_target_whose_calls_keep_trapping_is_quarantined_and_the_others_go_on() {
+        use crate::config::PrometheusSinkConfig;
+        use crate::pipeline::quarantine::{FIRST_QUARANTINE, TRAPS_TO_QUARANTINE};
+        use std::sync::atomic::AtomicU64;
+
+        let ingests = Arc::new(AtomicU64::new(0));
+        let engine = Box::new(Trapping {
+            native: NativeHost::new(Params::default(), false).expect("engine"),
+            on_finish: false,
+            ingest_of: Some("poison"),
+            ingests: ingests.clone(),
+        });
+        let telemetry = Arc::new(Telemetry::default());
+        let (sink, exporter) =
+            crate::sinks::prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
+        let base = Instant::now();
+        let wall_s = Arc::new(AtomicU64::new(0));
+        let clock = {
+            let wall_s = wall_s.clone();
+            move || base + Duration::from_secs(wall_s.load(Ordering::Relaxed))
+        };
+        let mut task = task_with(
+            engine,
+            vec![Box::new(sink)],
+            telemetry.clone(),
+            Duration::from_secs(60),
+        )
+        .with_clock(clock);
+        let perf = telemetry.source("perf");
+        let sample = |name: &str| {
+            let text = exporter.encode().expect("encode");
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{name} missing:\n{text}"))
+        };
+
+        task.ingest(batch_of("web", 0, 30));
+        // A trigger on the poison target, parked ahead of its data.
+        let (reply, mut parked) = oneshot::channel();
+        task.command(
+            EngineCommand::Trigger {
+                target: "poison".into(),
+                at_ns: 100 * SECOND,
+                reply,
+            },
+            // Taken between batches: it waits for the target's first data.
+            true,
+        );
+        let events = batch_of("poison", 0, 1).events.len() as u64;
+        for i in 0..TRAPS_TO_QUARANTINE as u64 {
+            assert_eq!(
+                sample("faultline_targets_quarantined"),
+                0.0,
+                "after {i} traps"
+            );
+            wall_s.store(i * 60, Ordering::Relaxed);
+            task.ingest(batch_of("poison", i, i + 1));
+        }
+        assert_eq!(perf.dropped(DropReason::EngineError), 3 * events);
+        assert_eq!(sample("faultline_targets_quarantined"), 1.0);
+        assert_eq!(sample("faultline_target_quarantines_total"), 1.0);
+        let answer = parked
+            .try_recv()
+            .expect("answered when the quarantine began");
+        assert!(
+            answer.as_ref().is_err_and(|e| e.contains("quarantined")),
+            "{answer:?}"
+        );
+
+        // Its batches no longer reach the engine; the other target's do, and it keeps its
+        // state: a trigger on it still finds its first 30 s.
+        let calls = ingests.load(Ordering::Relaxed);
+        task.ingest(batch_of("poison", 3, 4));
+        assert_eq!(
+            ingests.load(Ordering::Relaxed),
+            calls,
+            "not handed to the engine"
+        );
+        assert_eq!(perf.dropped(DropReason::Quarantined), events);
+        task.ingest(batch_of("web", 30, 40));
+        assert_eq!(ingests.load(Ordering::Relaxed), calls + 1);
+        assert!(task
+            .engine
+            .trigger("web", 20 * SECOND)
+            .expect("call")
+            .is_some());
+        let (reply, mut refused) = oneshot::channel();
+        task.command(
+            EngineCommand::Trigger {
+                target: "poison".into(),
+                at_ns: SECOND,
+                reply,
+            },
+            false,
+        );
+        assert!(
+            refused
+                .try_recv()
+                .is_ok_and(|a| a.is_err_and(|e| e.contains("quarantined for another"))),
+            "a trigger during the quarantine is refused at once"
+        );
+
+        // Over: analysed again (here it traps again, which counts afresh).
+        wall_s.store(120 + FIRST_QUARANTINE.as_secs(), Ordering::Relaxed);
+        task.ingest(batch_of("poison", 4, 5));
+        assert_eq!(ingests.load(Ordering::Relaxed), calls + 2);
+        assert_eq!(sample("faultline_targets_quarantined"), 0.0);
+        assert_eq!(perf.dropped(DropReason::Quarantined), events);
+        assert_eq!(perf.dropped(DropReason::EngineError), 4 * events);
     }
 }

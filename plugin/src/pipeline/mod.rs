@@ -3,6 +3,7 @@
 pub mod engine_task;
 pub mod latest;
 pub mod process_state;
+pub mod quarantine;
 pub mod queue;
 pub mod reorder;
 pub mod report_sink;

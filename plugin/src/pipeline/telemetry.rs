@@ -33,10 +33,14 @@ pub enum DropReason {
     /// failed, and the next attempt waits out its backoff. Apart from `engine_error`
     /// because the cure differs: every batch is lost until a restart succeeds.
     EngineUnavailable,
+    /// The target is quarantined: its own calls trapped the WASM guest again and again
+    /// (see `pipeline::quarantine`), and its batches are set aside for a while so that the
+    /// other targets keep their analysis state.
+    Quarantined,
 }
 
 impl DropReason {
-    pub const ALL: [DropReason; 9] = [
+    pub const ALL: [DropReason; 10] = [
         DropReason::QueueFull,
         DropReason::TooLarge,
         DropReason::Malformed,
@@ -46,6 +50,7 @@ impl DropReason {
         DropReason::KernelLost,
         DropReason::EngineError,
         DropReason::EngineUnavailable,
+        DropReason::Quarantined,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -59,6 +64,7 @@ impl DropReason {
             DropReason::KernelLost => "kernel_lost",
             DropReason::EngineError => "engine_error",
             DropReason::EngineUnavailable => "engine_unavailable",
+            DropReason::Quarantined => "quarantined",
         }
     }
 }
@@ -321,6 +327,10 @@ pub struct Telemetry {
     reorder_overflows: AtomicU64,
     /// Idle discovered targets whose slot went to a new name (see `pipeline::router`).
     targets_evicted: AtomicU64,
+    /// Targets set aside after repeated guest traps of their own calls (see
+    /// `pipeline::quarantine`): quarantined now, and quarantines begun since start.
+    targets_quarantined: AtomicU64,
+    target_quarantines: AtomicU64,
     /// Failed publishes and flushes per sink name; a few sinks, failures rare: a lock is fine.
     sink_errors: Mutex<Vec<(&'static str, u64)>>,
     /// Live captures, each once started.
@@ -381,6 +391,20 @@ impl Telemetry {
     /// Discovered targets evicted since start, so operators see helpers churning slots.
     pub fn targets_evicted(&self) -> u64 {
         self.targets_evicted.load(Ordering::Relaxed)
+    }
+    /// `now` targets are quarantined, `begun` more quarantines began since the last call.
+    pub fn set_quarantined(&self, now: usize, begun: u64) {
+        self.targets_quarantined
+            .store(now as u64, Ordering::Relaxed);
+        self.target_quarantines.fetch_add(begun, Ordering::Relaxed);
+    }
+    /// Targets quarantined now, so an operator sees one target's analysis is off.
+    pub fn targets_quarantined(&self) -> u64 {
+        self.targets_quarantined.load(Ordering::Relaxed)
+    }
+    /// Quarantines begun since start.
+    pub fn target_quarantines(&self) -> u64 {
+        self.target_quarantines.load(Ordering::Relaxed)
     }
     pub fn guest_restarts(&self) -> u64 {
         self.guest_restarts.load(Ordering::Relaxed)

@@ -93,6 +93,12 @@ pub const GUEST_RESTARTS: &str = "faultline_guest_restarts";
 /// Counter: idle discovered targets whose slot went to a new name.
 pub const TARGETS_EVICTED: &str = "faultline_targets_evicted";
 pub const TARGETS_EVICTED_HELP: &str = "Discovered targets (no [[targets]] configured) that routed no batch for 10 min and gave their slot under analysis.max_targets to a new name; their analysis state and series are dropped";
+/// Gauge: targets quarantined now (see `pipeline::quarantine`).
+pub const TARGETS_QUARANTINED: &str = "faultline_targets_quarantined";
+pub const TARGETS_QUARANTINED_HELP: &str = "Targets quarantined now: their own engine calls trapped the WASM guest 3 times within 10 min, so their batches are dropped (reason quarantined) for 5 min, doubling on repeats up to 1 h, and the other targets keep their analysis state";
+/// Counter: quarantines begun.
+pub const TARGET_QUARANTINES: &str = "faultline_target_quarantines";
+pub const TARGET_QUARANTINES_HELP: &str = "Quarantines of targets begun since start (a target whose own engine calls trapped the WASM guest 3 times within 10 min)";
 /// Counter: re-instantiations of the guest that failed (each backs off the next one).
 pub const GUEST_RESTART_FAILURES: &str = "faultline_guest_restart_failures";
 pub const GUEST_RESTART_FAILURES_HELP: &str = "Times re-instantiating the WASM engine guest after a trap failed; the next attempt waits 1 s, doubling up to 60 s, and meanwhile batches are dropped (reason engine_unavailable)";

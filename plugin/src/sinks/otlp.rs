@@ -907,6 +907,18 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
+        .u64_observable_gauge(names::TARGETS_QUARANTINED)
+        .with_description(names::TARGETS_QUARANTINED_HELP)
+        .with_callback(move |obs| obs.observe(t.targets_quarantined(), &[]))
+        .build();
+    let t = telemetry.clone();
+    meter
+        .u64_observable_counter(names::TARGET_QUARANTINES)
+        .with_description(names::TARGET_QUARANTINES_HELP)
+        .with_callback(move |obs| obs.observe(t.target_quarantines(), &[]))
+        .build();
+    let t = telemetry.clone();
+    meter
         .u64_observable_counter(names::GUEST_RESTARTS)
         .with_description("Times the WASM engine guest was restarted after a trap")
         .with_callback(move |obs| obs.observe(t.guest_restarts(), &[]))

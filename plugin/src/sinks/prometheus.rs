@@ -656,6 +656,18 @@ impl Collector for SeriesCollector {
             names::TARGETS_EVICTED_HELP,
             shared.telemetry.targets_evicted(),
         )?;
+        gauge(
+            &mut enc,
+            names::TARGETS_QUARANTINED,
+            names::TARGETS_QUARANTINED_HELP,
+            shared.telemetry.targets_quarantined() as f64,
+        )?;
+        counter(
+            &mut enc,
+            names::TARGET_QUARANTINES,
+            names::TARGET_QUARANTINES_HELP,
+            shared.telemetry.target_quarantines(),
+        )?;
         counter(
             &mut enc,
             names::GUEST_RESTARTS,
