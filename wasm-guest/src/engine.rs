@@ -28,6 +28,10 @@ use crate::report::{Calibration, EngineCounters, Report};
 use crate::stillness::Stillness;
 use crate::target::Target;
 
+/// Sort scratch above this many events is released after a batch, as the guest does
+/// with its decode buffer.
+const SCRATCH_KEEP_EVENTS: usize = 1 << 16;
+
 /// Analyses syscall streams of many targets; all time comes from the events.
 #[derive(Debug)]
 pub struct Engine {
@@ -118,7 +122,11 @@ impl Engine {
             self.scratch.clear();
             self.scratch.extend_from_slice(events);
             self.scratch.sort_by_key(|e| e.ts_ns);
-            t.ingest(&self.scratch, &mut self.counters)
+            let reports = t.ingest(&self.scratch, &mut self.counters);
+            // One huge unsorted batch must not pin its copy for the engine's life.
+            self.scratch.clear();
+            self.scratch.shrink_to(SCRATCH_KEEP_EVENTS);
+            reports
         };
         self.pending.extend(reports);
     }

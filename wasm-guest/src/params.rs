@@ -243,12 +243,24 @@ fn err(key: &'static str, reason: impl Into<String>) -> ParamError {
     }
 }
 
+/// The shortest duration any parameter may have: shorter ones round to 0 ns, and a
+/// duration of 0 divides rates by zero (a NaN in a report fails the host's decode of
+/// every report of the call).
+pub const MIN_SECONDS: f64 = 1e-6;
+
 fn positive_seconds(key: &'static str, v: f64) -> Result<(), ParamError> {
+    seconds_at_least(key, v, MIN_SECONDS)
+}
+
+fn seconds_at_least(key: &'static str, v: f64, min: f64) -> Result<(), ParamError> {
     if !v.is_finite() || v <= 0.0 {
         return Err(err(
             key,
             format!("must be a positive number of seconds, got {v}"),
         ));
+    }
+    if v < min {
+        return Err(err(key, format!("must be at least {min} s, got {v}")));
     }
     if v > 86_400.0 {
         return Err(err(
@@ -299,11 +311,14 @@ impl Params {
                 format!("must be in (0, 100], got {}", self.outlier_sigma),
             ));
         }
-        positive_seconds("window_seconds", self.window_seconds)?;
+        // A window is binned in 512 parts: under a second the bins reach single
+        // nanoseconds, and a cadence under 100 ms evaluates every target's every thread
+        // ten times a second of event time (a replayed trace: per record).
+        seconds_at_least("window_seconds", self.window_seconds, 1.0)?;
         if let Some(g) = self.gap_threshold_seconds {
             positive_seconds("gap_threshold_seconds", g)?;
         }
-        positive_seconds("cadence_seconds", self.cadence_seconds)?;
+        seconds_at_least("cadence_seconds", self.cadence_seconds, 0.1)?;
         // Each cadence tick of the window keeps a per-syscall activity row, allocated
         // up front per target (~6 KiB a row).
         let epochs = self.window_seconds / self.cadence_seconds;
@@ -570,5 +585,56 @@ mod tests {
             ..Params::default()
         };
         assert_eq!(p.validate().unwrap_err().key, "direct_within_calls");
+    }
+
+    /// Durations that passed as "positive" but broke the engine: a persistence that
+    /// rounds to 0 ns (rates of 0/0 = NaN in a report), a 100-tick window of
+    /// microseconds (an evaluation per record), bins of single nanoseconds.
+    #[test]
+    fn durations_too_short_to_work_are_refused() {
+        let d = Params::default();
+        let cases = [
+            (
+                "persistence_seconds",
+                Params {
+                    persistence_seconds: 1e-10,
+                    ..d.clone()
+                },
+            ),
+            (
+                "window_seconds",
+                Params {
+                    window_seconds: 1e-4,
+                    cadence_seconds: 1e-6,
+                    ..d.clone()
+                },
+            ),
+            (
+                "cadence_seconds",
+                Params {
+                    cadence_seconds: 0.05,
+                    ..d.clone()
+                },
+            ),
+            (
+                "alpha_seconds",
+                Params {
+                    alpha_seconds: 1e-9,
+                    ..d.clone()
+                },
+            ),
+        ];
+        for (key, p) in cases {
+            let e = p.validate().unwrap_err();
+            assert_eq!(e.key, key, "{e}");
+            assert!(e.reason.contains("at least"), "{e}");
+        }
+        let shortest = Params {
+            window_seconds: 1.0,
+            cadence_seconds: 0.1,
+            persistence_seconds: MIN_SECONDS,
+            ..d
+        };
+        assert_eq!(shortest.validate(), Ok(()));
     }
 }

@@ -203,13 +203,15 @@ pub struct EngineCounters {
     /// more syscall types over its life than `max_syscalls_per_thread`).
     #[serde(default)]
     pub recycled_channels: u64,
-    /// Calls whose syscall id is the one reserved for the gap channel (65535, only from a
-    /// malformed batch or library caller): analysed as unknown syscalls (id 0).
+    /// Calls whose syscall id no name table has: past the tables, or the one reserved
+    /// for the gap channel (65535); only from a malformed batch or library caller.
+    /// Analysed as unknown syscalls (id 0).
     #[serde(default)]
     pub reserved_syscall_ids: u64,
-    /// Records stamped more than an hour from their target's clock, left out (see
-    /// [`crate::clock_screen`]): a corrupt or hostile timestamp, or the first records
-    /// after the clock itself jumped.
+    /// Records stamped more than an hour from their target's clock, and completed calls
+    /// ending more than an hour ahead of it, left out (see [`crate::clock_screen`]): a
+    /// corrupt or hostile timestamp or duration, or the first records after the clock
+    /// itself jumped.
     #[serde(default)]
     pub clock_outliers: u64,
     /// Targets restarted because their clock jumped back by more than an hour.

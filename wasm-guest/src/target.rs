@@ -828,6 +828,17 @@ impl Target {
                 self.add_segments(ev, c);
                 return;
             }
+            // The clock screen saw only its start: a completed call must also end within
+            // the screen's bound ahead of the clock (or of its own start, for the first).
+            // An exit stamped near `u64::MAX` would end the thread's last call for good:
+            // no gap, no new execution unit, no stall for it again.
+            EventKind::Complete
+                if ev.ts_ns.saturating_add(ev.duration_ns)
+                    > ev.ts_ns.max(self.now_ns).saturating_add(MAX_CLOCK_JUMP_NS) =>
+            {
+                c.clock_outliers += 1;
+                return;
+            }
             _ => {}
         }
         if ev.perf.is_some() {
@@ -850,12 +861,14 @@ impl Target {
             }
             return;
         }
-        // The gap channel's key is no syscall's: an id that collides with it (from a
-        // batch, never from the name tables) is an unknown syscall from here on, so no
-        // part of the analysis (the pending entry, a blocked or stuck call) takes it for
-        // the thread's gap series. Counted once per call, at its first half.
+        // An id no name table has (from a batch, never from the tables) is an unknown
+        // syscall from here on: the gap channel's key is one, so no part of the analysis
+        // (the pending entry, a blocked or stuck call) takes it for the thread's gap
+        // series; and the pooled baselines are indexed by id, so 65,534 would grow them
+        // to 8 MiB. Counted once per call, at its first half. One compare covers both.
+        const _: () = assert!((GAP_KEY as usize) >= SyscallId::count());
         let mapped;
-        let ev = if ev.syscall.0 == GAP_KEY {
+        let ev = if usize::from(ev.syscall.0) >= SyscallId::count() {
             if ev.kind != EventKind::Exit {
                 c.reserved_syscall_ids += 1;
             }
@@ -1715,7 +1728,7 @@ impl Target {
                             t,
                             t0.saturating_sub(d.persistence_ns),
                             t0,
-                        ) / (d.persistence_ns as f64 / 1e9),
+                        ) / (d.persistence_ns as f64 / 1e9).max(1e-9),
                         active: testable,
                     });
                     rank.add(
@@ -3473,6 +3486,79 @@ mod tests {
         assert_eq!(chan(GAP_KEY).dur.current(k), Some(1_000_000.0));
         assert_eq!(th.chans.len(), 2);
         assert_eq!(c.reserved_syscall_ids, 40, "each counted");
+    }
+
+    /// An id past the name tables (only a malformed batch or library caller makes one)
+    /// is an unknown syscall too: the pooled baselines are indexed by id, and 65,534
+    /// grew them to 65,535 entries (8 MiB a target).
+    #[test]
+    fn a_syscall_id_past_the_name_tables_is_an_unknown_syscall() {
+        let mut t = Target::new("t", Params::default());
+        let mut c = EngineCounters::default();
+        let last = SyscallId((SyscallId::count() - 1) as u16);
+        let evs: Vec<SyscallEvent> = (0..40u64)
+            .map(|i| {
+                let id = if i % 2 == 0 {
+                    SyscallId(u16::MAX - 1)
+                } else {
+                    last
+                };
+                SyscallEvent::complete(1, 1, id, i * 4_000_000, 3_000_000)
+            })
+            .collect();
+        t.ingest(&evs, &mut c);
+        assert_eq!(
+            c.reserved_syscall_ids, 20,
+            "the 20 odd ids, not the table's last"
+        );
+        assert!(
+            t.pools.len() <= SyscallId::count() + 1,
+            "{} pools",
+            t.pools.len()
+        );
+        let th = t.threads.get(0).expect("the thread");
+        assert!(th.find_chan(SyscallId::UNKNOWN.0).is_some());
+        assert!(th.find_chan(last.0).is_some());
+        assert!(th.find_chan(u16::MAX - 1).is_none());
+    }
+
+    /// A completed call whose end is stamped far ahead (a span ending in the year 2500, a
+    /// duration near `u64::MAX`) is left out as a clock outlier: taken in, it ended the
+    /// thread's last call for good, and its later calls formed no gap and no new unit.
+    #[test]
+    fn a_completed_call_ending_past_the_clock_screen_is_left_out() {
+        let mut t = Target::new("t", Params::default());
+        let mut c = EngineCounters::default();
+        let read = SyscallId::from_name("read");
+        let ms = 1_000_000;
+        let calls = |from: u64, n: u64| -> Vec<SyscallEvent> {
+            (from..from + n)
+                .map(|i| SyscallEvent::complete(1, 1, read, i * 4 * ms, 3 * ms))
+                .collect()
+        };
+        t.ingest(&calls(1_000, 20), &mut c);
+        let wild = [
+            SyscallEvent::complete(1, 1, read, 1_020 * 4 * ms, u64::MAX - 1_020 * 4 * ms),
+            SyscallEvent::complete(1, 1, read, 1_020 * 4 * ms, MAX_CLOCK_JUMP_NS + ms),
+        ];
+        t.ingest(&wild, &mut c);
+        assert_eq!(c.clock_outliers, 2);
+        assert_eq!(c.calls, 20, "neither was taken as a call");
+        // The thread's later calls still have their gaps (1 ms each).
+        t.ingest(&calls(1_021, 20), &mut c);
+        let th = t.threads.get(0).expect("the thread");
+        let gap = th
+            .find_chan(GAP_KEY)
+            .and_then(|i| th.chans.get(i))
+            .expect("the gap channel");
+        assert_eq!(gap.dur.current(t.d.k), Some(ms as f32));
+        assert_eq!(c.calls, 40);
+        // A long call that ends before the bound is a call: the first of a target may
+        // start anywhere, and one that lasted under an hour ends within the bound.
+        let mut fresh = Target::new("u", Params::default());
+        let long = [SyscallEvent::complete(1, 1, read, 5, MAX_CLOCK_JUMP_NS / 2)];
+        fresh.ingest(&long, &mut c);
+        assert_eq!((c.calls, c.clock_outliers), (41, 2));
     }
 
     #[test]

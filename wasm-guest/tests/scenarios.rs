@@ -1878,3 +1878,42 @@ fn rare_syscalls_do_not_take_turns_at_idle_channels() {
     assert!(c.untracked_calls as usize >= n, "{c:?} {n}");
     assert_lasting_slowdown_is_external(&reports, &mut engine);
 }
+
+/// New parameters with another window for a target that has learned its baselines (a
+/// review suspected its threads' bins, indexed in the old size, would drop every later
+/// call): the fault 20 s later is still found, by the baselines learned before.
+#[test]
+fn a_window_changed_on_a_live_target_still_finds_the_fault() {
+    let fault_at = 60.0;
+    let s = StreamSpec {
+        seconds: 70.0,
+        fault: Some(FaultSpec {
+            start_seconds: fault_at,
+            ..global_slowdown_spec().fault.expect("a fault")
+        }),
+        ..global_slowdown_spec()
+    };
+    let fault_ns = s.start_ns + (fault_at * 1e9) as u64;
+    let events: Vec<SyscallEvent> = generate(&s).collect();
+    let change_at = s.start_ns + 40_000_000_000;
+    let (before, after): (Vec<SyscallEvent>, Vec<SyscallEvent>) =
+        events.iter().partition(|e| e.ts_ns < change_at);
+    for window_seconds in [180.0, 45.0] {
+        let mut engine = Engine::new(Params::default()).expect("valid params");
+        for chunk in before.chunks(4096) {
+            engine.ingest("svc", chunk);
+        }
+        let p = Params {
+            window_seconds,
+            ..Params::default()
+        };
+        engine.set_target_params("svc", p).expect("valid params");
+        for chunk in after.chunks(4096) {
+            engine.ingest("svc", chunk);
+        }
+        let r = engine.trigger("svc", fault_ns).expect("report");
+        assert_eq!(r.parameters.window_seconds, window_seconds);
+        assert_eq!(r.verdict, Verdict::External, "{window_seconds}: {r:#?}");
+        assert!(r.active_threads >= 24, "{window_seconds}: {r:#?}");
+    }
+}

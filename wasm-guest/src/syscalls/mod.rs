@@ -160,7 +160,7 @@ impl SyscallId {
     }
 
     /// Number of ids; every id is below it.
-    pub fn count() -> usize {
+    pub const fn count() -> usize {
         NAMES.len()
     }
 }

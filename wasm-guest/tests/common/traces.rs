@@ -1,6 +1,7 @@
 //! Where the real shared traces are, the same for every test, bench and script:
 //! `$FAULTLINE_TRACES` if set, else `<repo root>/../shared/traces` if it exists, else
-//! `/work/shared/traces`. A missing trace skips its test loudly, unless
+//! `/work/shared/traces`. A missing trace skips its test loudly (and appends a line to
+//! `$FAULTLINE_SKIP_LOG` when set, which `scripts/test.sh` lists at the end), unless
 //! `FAULTLINE_REQUIRE_TRACES=1` (set by `scripts/test.sh` when it found the traces): then it
 //! fails, so CI cannot go green having run nothing real.
 //!
@@ -56,4 +57,19 @@ pub fn missing(p: &Path) {
          traces directory) !!!!!\n",
         p.display()
     );
+    // Listed at the end of scripts/test.sh like the plugin tests' skips
+    // (plugin/tests/prereq/mod.rs, same line format; this file is shared with the engine's
+    // tests, which cannot include that one).
+    if let Some(log) = std::env::var_os("FAULTLINE_SKIP_LOG").filter(|l| !l.is_empty()) {
+        use std::io::Write;
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        let _ = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            // One write: lines of tests running in parallel do not interleave.
+            .and_then(|mut f| {
+                f.write_all(format!("{test}: real trace {} is missing\n", p.display()).as_bytes())
+            });
+    }
 }
