@@ -7,7 +7,7 @@ Grafana would expand it, sent to /api/v1/query, and must parse and return at lea
 series. Usable alone:
 
     python3 dashboard_queries.py --prometheus http://127.0.0.1:9090 \
-        --var target=mariadb --var instance=127.0.0.1:9464
+        --var target=mariadb --var instance=127.0.0.1:9464 --var host=.*
 """
 
 import argparse

@@ -430,7 +430,7 @@ def main():
 
         # Rates need a few scrapes of the counters before the dashboard check.
         time.sleep(3)
-        failures = dashboard_queries.check(prom, {"target": args.target, "instance": ".*"})
+        failures = dashboard_queries.check(prom, {"target": args.target, "instance": ".*", "host": ".*"})
         assert not failures, "dashboard queries failed:\n  " + "\n  ".join(failures)
 
         for f in feeds:

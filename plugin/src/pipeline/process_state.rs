@@ -226,8 +226,16 @@ impl CgroupMounts {
     }
 }
 
+/// The tests' record of skipped checks (`$FAULTLINE_SKIP_LOG`), shared with the
+/// integration tests.
+#[cfg(test)]
+#[path = "../../tests/prereq/mod.rs"]
+#[allow(clippy::duplicate_mod)] // each module that records skips includes it
+mod test_prereq;
+
 #[cfg(test)]
 mod tests {
+    use super::test_prereq as prereq;
     use super::*;
     use std::fs;
 
@@ -461,7 +469,10 @@ mod tests {
             tried.push(freeze);
         }
         if tried.is_empty() {
-            eprintln!("skipped: no writable cgroup freezer (not root?)");
+            prereq::skip(&format!(
+                "no writable cgroup freezer (not root?): v1 freezer {:?}, v2 {:?}",
+                mounts.freezer, mounts.v2
+            ));
         } else {
             eprintln!("frozen through {tried:?}");
         }

@@ -18,7 +18,10 @@ pub enum DropReason {
     Malformed,
     /// No configured target matched the process.
     NoTarget,
-    /// A series or label cap was reached.
+    /// Discovery (no `[[targets]]` configured) already tracks `analysis.max_targets`
+    /// names and none has been idle for 10 min to give up its slot to a new one. The
+    /// cure is a larger `[analysis] max_targets`, or `[[targets]]`; the sinks' series
+    /// caps never drop events (they count in `faultline_series_capped_total`).
     Capped,
     /// A record that carried no syscall (other telemetry sent to an OTLP endpoint).
     NotSyscall,

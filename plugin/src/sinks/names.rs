@@ -126,10 +126,13 @@ pub const THREAD_STATE_LABEL: &str = "state";
 /// `/report`.
 pub const MAX_HINT_CHARS: usize = 256;
 
-/// The [`THREADS`] series of one report: (`state` label value, count).
-pub fn thread_states(t: &ThreadCounts) -> [(&'static str, u64); 3] {
+/// The [`THREADS`] series of one report: (`state` label value, count). `active` is the
+/// report's `active_threads`, τ's denominator: `total` counts every thread with a call in
+/// the window, so directly_affected / total is not τ.
+pub fn thread_states(t: &ThreadCounts, active: u64) -> [(&'static str, u64); 4] {
     [
         ("total", t.total),
+        ("active", active),
         ("affected", t.affected),
         ("directly_affected", t.directly_affected),
     ]
@@ -206,4 +209,29 @@ pub fn symptom_thread_counts(v: Option<&VitalSigns>) -> Vec<(&'static str, u64)>
             .collect()
     })
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thread_states_carry_taus_denominator() {
+        let t = ThreadCounts {
+            total: 40,
+            affected: 12,
+            directly_affected: 9,
+        };
+        // The recording rule faultline_target:threads_directly_affected:ratio divides
+        // `directly_affected` by `active`; 9 / 30 is τ, 9 / 40 is not.
+        assert_eq!(
+            thread_states(&t, 30),
+            [
+                ("total", 40),
+                ("active", 30),
+                ("affected", 12),
+                ("directly_affected", 9),
+            ]
+        );
+    }
 }

@@ -121,6 +121,8 @@ struct TargetSnapshot {
     /// The report's hint cut to [`names::MAX_HINT_CHARS`] (a label value).
     hint: String,
     threads: ThreadCounts,
+    /// The report's `active_threads`: τ's denominator (the `active` thread state).
+    active_threads: u64,
     /// (dimension, rank, syscall, increase ratio).
     ranked: Vec<(&'static str, String, String, f64)>,
     /// (syscall, calls per second, mean latency seconds).
@@ -565,6 +567,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
         subsystem: report.subsystem,
         hint: names::hint_label(&report.hint),
         threads: report.threads,
+        active_threads: report.active_threads,
         ranked,
         syscalls: report
             .syscalls
@@ -732,9 +735,9 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         meter,
         state,
         names::THREADS,
-        "Threads in the last report's window: total, affected, directly_affected",
+        "Threads in the last report's window: total, active (τ's denominator), affected, directly_affected",
         |s| {
-            thread_states(&s.threads)
+            thread_states(&s.threads, s.active_threads)
                 .into_iter()
                 .map(|(k, v)| (vec![KeyValue::new(names::THREAD_STATE_LABEL, k)], v as f64))
                 .collect()

@@ -53,6 +53,8 @@ struct TargetSeries {
     /// The report's hint, cut to [`MAX_HINT_CHARS`] (it becomes a label value).
     hint: String,
     threads: ThreadCounts,
+    /// The report's `active_threads`: τ's denominator (the `active` thread state).
+    active_threads: u64,
     /// (dimension, rank starting at 1 as a label value, syscall, increase ratio)
     ranked: Vec<(&'static str, String, String, f64)>,
     syscalls: Vec<SyscallActivity>,
@@ -225,6 +227,7 @@ impl PrometheusSink {
             subsystem: r.subsystem,
             hint: names::hint_label(&r.hint),
             threads: r.threads,
+            active_threads: r.active_threads,
             ranked,
             syscalls: r.syscalls.iter().take(cap).cloned().collect(),
             anomaly_onset_seconds: r.anomaly_onset_ns.map(|ns| ns as f64 / 1e9),
@@ -420,9 +423,9 @@ impl Collector for SeriesCollector {
         gauges(
             &mut enc,
             names::THREADS,
-            "Threads in the last report's window: total, affected, directly_affected",
+            "Threads in the last report's window: total, active (τ's denominator), affected, directly_affected",
             t.iter().flat_map(|(n, s)| {
-                thread_states(&s.threads)
+                thread_states(&s.threads, s.active_threads)
                     .into_iter()
                     .map(move |(state, v)| {
                         (
@@ -566,7 +569,7 @@ impl Collector for SeriesCollector {
         counters(
             &mut enc,
             names::EVENTS_DROPPED,
-            "Events not analysed, by source and reason (queue_full, too_large, malformed, no_target, capped, not_syscall, kernel_lost, engine_error, engine_unavailable)",
+            "Events not analysed, by source and reason (queue_full, too_large, malformed, no_target, capped, not_syscall, kernel_lost, engine_error, engine_unavailable, quarantined)",
             sources.iter().flat_map(|s| {
                 DropReason::ALL.into_iter().map(move |r| {
                     (

@@ -448,8 +448,16 @@ fn is_gone(e: &io::Error) -> bool {
     e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
+/// The tests' record of skipped checks (`$FAULTLINE_SKIP_LOG`), shared with the
+/// integration tests.
+#[cfg(test)]
+#[path = "../../tests/prereq/mod.rs"]
+#[allow(clippy::duplicate_mod)] // each module that records skips includes it
+mod test_prereq;
+
 #[cfg(test)]
 mod tests {
+    use super::test_prereq as prereq;
     use super::*;
     use std::io::{Read, Write};
     use std::net::{TcpListener, TcpStream};
@@ -641,7 +649,9 @@ UdpLite: 0 0 0 0 0 0 0 0 0
     fn own_cgroup_after_two_rounds() {
         let cgroups = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let Some(cg) = cgroups.lines().find_map(|l| l.strip_prefix("0::")) else {
-            eprintln!("no cgroup v2 here; skipped");
+            prereq::skip(&format!(
+                "no cgroup v2 here: /proc/self/cgroup is {cgroups:?}"
+            ));
             return;
         };
         let cg = cg.trim_matches('/');
@@ -649,7 +659,9 @@ UdpLite: 0 0 0 0 0 0 0 0 0
             .iter()
             .find_map(|root| cgroup_procs(&Path::new(root).join(cg).join("cgroup.procs")).ok())
         else {
-            eprintln!("no cgroup.procs of {cg:?} here; skipped");
+            prereq::skip(&format!(
+                "no cgroup.procs of {cg:?} under any of {CGROUP_ROOTS:?}"
+            ));
             return;
         };
         let stats = Arc::new(SourceStats::new(SOURCE));
