@@ -418,10 +418,33 @@ fn a_call_past_its_timeout_is_stopped_and_the_guest_restarted() {
             "{mechanism:?}: {took:?}"
         );
 
-        // The restarted guest serves the next calls, from a clean state, on time.
-        host.ingest("db", &small).unwrap();
+        // The restarted guest serves the next calls, from a clean state. Under the same
+        // 100 ms budget: a small batch takes milliseconds, but a loaded machine may pause
+        // this thread past the budget, and that call then traps as a timeout too (and the
+        // guest restarts again: `traps` and `restarts` move together). Such a trap says
+        // nothing about the restart, so it is tolerated, a few times; any other error, or
+        // a clean success never coming, fails.
+        let mut timeouts = 0;
+        loop {
+            match host.ingest("db", &small) {
+                Ok(()) => break,
+                Err(HostError::Trap { call: "ingest", .. })
+                    if timeouts < 5
+                        && telemetry.guest_traps_by(TrapReason::Timeout) == timeouts + 2 =>
+                {
+                    timeouts += 1;
+                    eprintln!(
+                        "{mechanism:?}: the small batch after the restart also ran past \
+                         100 ms (machine loaded?); trying again ({timeouts})"
+                    );
+                }
+                Err(e) => panic!("{mechanism:?}: the restarted guest failed: {e}"),
+            }
+        }
         assert_eq!(host.counters().unwrap().events, small.len() as u64);
-        assert_eq!(telemetry.guest_traps(), 1, "{mechanism:?}");
+        assert_eq!(telemetry.guest_traps(), 1 + timeouts, "{mechanism:?}");
+        assert_eq!(telemetry.guest_restarts(), 1 + timeouts, "{mechanism:?}");
+        assert_eq!(telemetry.guest_restart_failures(), 0, "{mechanism:?}");
     }
 }
 

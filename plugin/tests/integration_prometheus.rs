@@ -2,10 +2,12 @@
 //! agent configs) checked against the real tools: promtool, the Prometheus server, the
 //! faultline binary itself.
 //!
-//! Tools that are not installed make a test skip with a loud message instead of failing, so
-//! a developer machine without Prometheus still runs the rest; CI installs them
-//! (`apt-get install prometheus`, `pip install pyyaml`).
+//! Tools that are not installed make a test skip (recorded, see `prereq`) instead of
+//! failing, so a developer machine without Prometheus still runs the rest; under
+//! `FAULTLINE_REQUIRE_TOOLS=1` (scripts/test.sh, after scripts/setup.sh installed them:
+//! `apt-get install prometheus`, `pip install pyyaml`) a missing one fails its test.
 
+mod prereq;
 #[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
@@ -35,8 +37,9 @@ fn installed(name: &str, fallback: &str) -> Option<PathBuf> {
     on_path.or_else(|| Some(PathBuf::from(fallback)).filter(|p| p.is_file()))
 }
 
+/// An installable program the test `test` needs is missing (see `prereq::missing_tool`).
 fn skip(test: &str, why: &str) {
-    eprintln!("\n!!! SKIPPED {test}: {why}\n");
+    prereq::missing_tool(&format!("{test}: {why}"), "scripts/setup.sh installs it");
 }
 
 fn show(out: &Output) -> String {
@@ -254,6 +257,8 @@ fn python(test: &str, args: &[&str]) -> Option<Output> {
         return None;
     };
     let out = run(Command::new(py).args(args).current_dir(repo()));
+    // The scripts skip (77) only for a missing program or library, or a missing trace
+    // that the caller already looked for (`traces::get`).
     if out.status.code() == Some(SKIP) {
         skip(test, &String::from_utf8_lossy(&out.stderr));
         return None;
@@ -290,10 +295,14 @@ fn agent_configs_reference_defined_components_and_parse_real_perf_lines() {
         );
     } else {
         assert!(stdout.contains("regex NOT tried"), "{}", show(&out));
-        skip(
-            "agent configs: the remap regex on real perf-script lines",
-            "the trace or zstd is missing",
-        );
+        // A missing trace was already reported (skipped, or failed under
+        // FAULTLINE_REQUIRE_TRACES) by `traces::get`.
+        if trace.is_some() {
+            skip(
+                "agent configs: the remap regex on real perf-script lines",
+                "zstd not installed (apt-get install zstd)",
+            );
+        }
     }
 }
 

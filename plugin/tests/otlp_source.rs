@@ -5,7 +5,10 @@
 //! metrics from the SDK and from a real node_exporter (integration-tests/otlp/send_tcp_segments.py).
 //!
 //! Needs: pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc
-//! opentelemetry-exporter-otlp-proto-http (tests that need it skip loudly without it).
+//! opentelemetry-exporter-otlp-proto-http (scripts/setup.sh installs it; without it the
+//! tests that need it skip, recorded, or fail under FAULTLINE_REQUIRE_TOOLS=1: `prereq`).
+
+mod prereq;
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -88,7 +91,8 @@ fn script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../integration-tests/otlp/send_syscalls.py")
 }
 
-/// The Python SDK is installed by CI; without it the SDK tests say so and pass vacuously.
+/// The Python SDK is installed by scripts/setup.sh; without it the SDK tests skip
+/// (recorded), or fail under FAULTLINE_REQUIRE_TOOLS=1.
 fn python_sdk_available() -> bool {
     let ok = std::process::Command::new("python3")
         .args([
@@ -99,9 +103,10 @@ fn python_sdk_available() -> bool {
         .map(|s| s.success())
         .unwrap_or(false);
     if !ok {
-        eprintln!(
-            "SKIPPED: OpenTelemetry Python SDK not installed; run `pip install opentelemetry-sdk \
-             opentelemetry-exporter-otlp-proto-grpc opentelemetry-exporter-otlp-proto-http`"
+        prereq::missing_tool(
+            "the OpenTelemetry Python SDK",
+            "pip install opentelemetry-sdk opentelemetry-exporter-otlp-proto-grpc \
+             opentelemetry-exporter-otlp-proto-http",
         );
     }
     ok
@@ -361,9 +366,7 @@ async fn node_exporter_tcp_counters_become_segment_records() {
                 .is_ok()
         })
     else {
-        eprintln!(
-            "SKIPPED: node_exporter not installed (apt-get install prometheus-node-exporter)"
-        );
+        prereq::missing_tool("node_exporter", "apt-get install prometheus-node-exporter");
         return;
     };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -681,7 +684,10 @@ except grpc.RpcError as e:
         );
         assert_eq!(h.grpc.dropped(DropReason::Malformed), 1);
     } else {
-        eprintln!("SKIPPED gRPC part: python grpcio not installed");
+        prereq::missing_tool(
+            "python grpcio (the gRPC part of this test is skipped)",
+            "pip install grpcio, which the OpenTelemetry SDK's gRPC exporter brings",
+        );
     }
 }
 

@@ -1,6 +1,8 @@
 //! `faultline run` as a real process: HTTP endpoints, a replayed trace flowing through the
 //! engine, on-demand triggers, and a clean SIGTERM shutdown that flushes the final reports.
 
+mod perf_support;
+mod prereq;
 mod run_support;
 #[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
@@ -10,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use faultline_engine::Report;
+use perf_support::perf_usable;
 use run_support::{http, sample, signal, signal_group, start, wait_exit};
 
 /// `perf script` text: `threads` threads of `mariadbd` each calling read (NR 0) every
@@ -358,16 +361,109 @@ path = "{}"
     assert!(names.iter().all(|n| !n.is_empty()));
 }
 
+/// The replay source reads its trace through a FIFO the test feeds: the first half of the
+/// trace's lines at once, then, once SIGTERM was sent, the rest slowly (64 KiB every 5 ms,
+/// seconds of input). So the signal lands mid-replay however fast this machine reads, and a
+/// source that stops on it closes its input with input left: the writer sees the pipe
+/// break, and the source logs fewer batches than the whole trace makes (counted by reading
+/// it with the same reader).
 #[test]
 fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::sync::{mpsc, Arc};
+
+    use faultline::pipeline::telemetry::SourceStats;
+    use faultline::sources::perf::PerfScriptReader;
+    use faultline::sources::BatchReader;
+    use faultline_engine::syscalls::Arch;
+
     let Some(trace) = traces::get("perf-faults/mariadb_cpu_cap/trace.txt.zst") else {
         return;
     };
+    // The whole trace as the replay source reads it: the batches a replay to the end
+    // logs, and its events (one per line).
+    let stats = Arc::new(SourceStats::new("perf"));
+    let mut whole = PerfScriptReader::open(&trace, Arch::X86_64, stats.clone()).expect("open");
+    let mut whole_batches = 0u64;
+    while whole.next_batch().expect("read the trace").is_some() {
+        whole_batches += 1;
+    }
+    assert_eq!(stats.decode_errors(), 0);
+    let lines = stats.received();
+    let first_part = lines / 2;
+
     let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("trace.txt");
+    let made = Command::new("mkfifo").arg(&fifo).status().expect("mkfifo");
+    assert!(made.success());
     let jsonl = dir.path().join("reports.jsonl");
-    let cfg = write_config(dir.path(), &trace, &jsonl);
+    let cfg = write_config(dir.path(), &fifo, &jsonl);
+
+    // Feeds the FIFO; returns (lines written whole, whether the reader closed it first).
+    let (go, wait_for_go) = mpsc::channel::<()>();
+    let writer = {
+        let (fifo, trace) = (fifo.clone(), trace.clone());
+        std::thread::spawn(move || -> (u64, bool) {
+            // Non-blocking until faultline opens the FIFO for reading (ENXIO before), so a
+            // faultline that never does cannot hang this thread; blocking writes after.
+            let deadline = Instant::now() + Duration::from_secs(60);
+            let out = loop {
+                match std::fs::OpenOptions::new()
+                    .write(true)
+                    .custom_flags(libc::O_NONBLOCK)
+                    .open(&fifo)
+                {
+                    Ok(f) => break f,
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    Err(e) => panic!("faultline never opened its input: {e}"),
+                }
+            };
+            {
+                use std::os::fd::AsRawFd;
+                let fd = out.as_raw_fd();
+                // SAFETY: fcntl(2) on a descriptor this thread owns.
+                unsafe {
+                    let flags = libc::fcntl(fd, libc::F_GETFL);
+                    libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_NONBLOCK);
+                }
+            }
+            let mut out = std::io::BufWriter::with_capacity(64 << 10, out);
+            let mut input = faultline::sources::input::open(&trace).expect("open the trace");
+            let (mut written, mut line) = (0u64, Vec::new());
+            let broken = |e: std::io::Error| {
+                assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+            };
+            loop {
+                line.clear();
+                if input.read_until(b'\n', &mut line).expect("read the trace") == 0 {
+                    return (written, out.flush().map_err(broken).is_err());
+                }
+                if written == first_part {
+                    if let Err(e) = out.flush() {
+                        broken(e);
+                        return (written, true);
+                    }
+                    // Until SIGTERM was sent (or the test gave up).
+                    let _ = wait_for_go.recv();
+                }
+                let full = out.buffer().len() + line.len() > out.capacity();
+                if let Err(e) = out.write_all(&line) {
+                    broken(e);
+                    return (written, true);
+                }
+                written += 1;
+                if full && written > first_part {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+        })
+    };
+
     let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let (_, body) = http(run.addr, "GET", "/metrics");
         if sample(&body, r#"faultline_events_received_total{source="perf"}"#).unwrap_or(0.0) > 0.0 {
@@ -377,14 +473,20 @@ fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
         std::thread::sleep(Duration::from_millis(20));
     }
     signal(&run.child, "-TERM");
-    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    let _ = go.send(());
+    let status = wait_exit(&mut run.child, Duration::from_secs(60));
+    let (written, closed) = writer.join().expect("the writer");
     assert!(status.success(), "exit status {status}");
     let log: Vec<String> = run.log.try_iter().collect();
     let finished = log
         .iter()
         .find(|l| l.contains("replay source finished"))
-        .expect("the replay source logs its end");
-    // 933,242 events in 4096-event batches is about 230 batches; stopping early reads fewer.
+        .unwrap_or_else(|| panic!("the replay source logs its end: {log:#?}"));
+    eprintln!("{finished}; {written} of {lines} lines written, {whole_batches} batches in all");
+    assert!(
+        closed && written < lines,
+        "the source read its input to the end ({written} of {lines} lines written): {finished}"
+    );
     let batches: u64 = finished
         .split("batches=")
         .nth(1)
@@ -392,8 +494,8 @@ fn sigterm_mid_replay_stops_the_source_and_still_flushes_final_reports() {
         .and_then(|b| b.parse().ok())
         .expect("batch count in the log line");
     assert!(
-        batches < 200,
-        "the source was not stopped early: {finished}"
+        batches < whole_batches,
+        "the source was not stopped early: {finished} (the whole trace makes {whole_batches})"
     );
     let last: Report = std::fs::read_to_string(&jsonl)
         .unwrap()
@@ -465,15 +567,6 @@ fn a_source_that_does_not_stop_still_lets_the_final_reports_out_and_exits_1() {
     assert_eq!(finals, vec!["mariadbd".to_owned()], "{log:#?}");
 }
 
-/// Whether `perf` runs here (the live-capture tests skip, loudly, without it).
-fn perf_installed() -> bool {
-    let ok = Command::new("perf").arg("--version").output().is_ok();
-    if !ok {
-        eprintln!("skipped: perf is not installed");
-    }
-    ok
-}
-
 /// A config in `dir` with the live perf source on `what` (`pids = [..]` or
 /// `command = [..]`), the native engine, metrics on a free port, and `extra` sections.
 fn live_perf_config(dir: &Path, what: &str, extra: &str) -> std::path::PathBuf {
@@ -495,7 +588,7 @@ fn live_perf_config(dir: &Path, what: &str, extra: &str) -> std::path::PathBuf {
 /// 10 s and the engine thread panicked as the runtime went away).
 #[test]
 fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
-    if !perf_installed() {
+    if !perf_usable() {
         return;
     }
     let mut quiet = Command::new("sleep").arg("120").spawn().unwrap();
@@ -532,7 +625,7 @@ fn sigterm_with_a_live_perf_source_on_a_quiet_process_exits_cleanly() {
 /// process's target like its perf records, that ends with the agent.
 #[test]
 fn a_live_perf_source_also_samples_its_processes_tcp_segments() {
-    if !perf_installed() {
+    if !perf_usable() {
         return;
     }
     let mut quiet = Command::new("sleep").arg("120").spawn().unwrap();
@@ -579,12 +672,24 @@ fn a_live_perf_source_also_samples_its_processes_tcp_segments() {
 /// line alone said it before.
 #[test]
 fn a_live_capture_that_ends_on_its_own_shows_in_healthz_and_source_up() {
-    if !perf_installed() {
+    if !perf_usable() {
         return;
     }
-    let mut brief = Command::new("sleep").arg("4").spawn().unwrap();
+    // Lives until the capture was seen up, then is killed: a process that exits after a
+    // set time could be gone before a loaded machine got that far.
+    let mut brief = Command::new("sleep").arg("600").spawn().unwrap();
+    /// Killed however the test ends.
+    struct Killed<'a>(&'a mut std::process::Child);
+    impl Drop for Killed<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let brief_pid = brief.id();
+    let brief = Killed(&mut brief);
     let dir = tempfile::tempdir().unwrap();
-    let cfg = live_perf_config(dir.path(), &format!("pids = [{}]", brief.id()), "");
+    let cfg = live_perf_config(dir.path(), &format!("pids = [{brief_pid}]"), "");
     let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
     let up = |addr| {
         let (_, body) = http(addr, "GET", "/metrics");
@@ -598,7 +703,7 @@ fn a_live_capture_that_ends_on_its_own_shows_in_healthz_and_source_up() {
     assert_eq!(up(run.addr), Some(1.0));
     assert_eq!(http(run.addr, "GET", "/healthz"), (200, "ok\n".to_owned()));
     // perf record -p ends once its only process has exited.
-    let _ = brief.wait();
+    drop(brief);
     let deadline = Instant::now() + Duration::from_secs(20);
     while up(run.addr) != Some(0.0) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
@@ -755,7 +860,7 @@ fn two_signals_during_startup_exit_at_once() {
 /// was logged as a failed source (losing what was in the pipe and perf's loss tally).
 #[test]
 fn ctrl_c_to_the_process_group_stops_a_live_perf_capture_cleanly() {
-    if !perf_installed() {
+    if !perf_usable() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();

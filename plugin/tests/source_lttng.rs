@@ -1,7 +1,9 @@
 //! The LTTng source on the two real shared traces, checked against babeltrace2's own output,
-//! plus malformed inputs. Needs `babeltrace2` (skips loudly without it) and the traces
+//! plus malformed inputs. Needs `babeltrace2` (a missing tool: skipped and recorded, or
+//! failed under FAULTLINE_REQUIRE_TOOLS=1, see `prereq`) and the traces
 //! (`wasm-guest/tests/common/traces.rs`: skipped loudly when missing, failed under FAULTLINE_REQUIRE_TRACES=1).
 
+mod prereq;
 #[path = "../../wasm-guest/tests/common/traces.rs"]
 mod traces;
 
@@ -17,15 +19,24 @@ use faultline::sources::{BatchReader, SourceError};
 use faultline_engine::syscalls::Arch;
 use faultline_engine::{EventKind, SyscallId};
 
+/// babeltrace2's text of the trace `dir`; `None` when babeltrace2 is not installed.
 fn babeltrace_text(dir: &Path) -> Option<String> {
     let out = Command::new("babeltrace2")
         .args(["--clock-seconds", "--no-delta"])
         .arg(dir)
         .output();
     match out {
-        Ok(o) if o.status.success() => Some(String::from_utf8(o.stdout).unwrap()),
-        _ => {
-            eprintln!("\n!!!!! SKIPPED: babeltrace2 missing or {dir:?} unreadable !!!!!\n");
+        Ok(o) => {
+            // The trace is there: babeltrace2 failing on it is a failure, not a skip.
+            assert!(
+                o.status.success(),
+                "babeltrace2 cannot read {dir:?}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            Some(String::from_utf8(o.stdout).unwrap())
+        }
+        Err(e) => {
+            prereq::missing_tool(&format!("babeltrace2 ({e})"), "apt-get install babeltrace2");
             None
         }
     }
@@ -329,13 +340,25 @@ fn broken_inputs_give_clear_errors() {
 
     // A directory without a trace: babeltrace2 fails; its reason reaches the error.
     let empty = tempfile::tempdir().unwrap();
-    if let Ok(mut r) = lttng::open(empty.path().to_str().unwrap(), Arch::X86_64, stats.clone()) {
-        let err = drain(&mut r).unwrap_err().to_string();
-        assert!(err.contains("babeltrace2 failed"), "{err}");
-        assert!(
-            err.contains("No trace was found") || err.contains("ERROR"),
-            "{err}"
-        );
+    // Without babeltrace2 the open itself fails, naming it.
+    match lttng::open(empty.path().to_str().unwrap(), Arch::X86_64, stats.clone()) {
+        Ok(mut r) => {
+            let err = drain(&mut r).unwrap_err().to_string();
+            assert!(err.contains("babeltrace2 failed"), "{err}");
+            assert!(
+                err.contains("No trace was found") || err.contains("ERROR"),
+                "{err}"
+            );
+        }
+        Err(e) => {
+            let err = e.to_string();
+            assert!(err.contains("babeltrace2"), "{err}");
+            prereq::missing_tool(
+                &format!("babeltrace2 (its errors on an empty directory unchecked: {err})"),
+                "apt-get install babeltrace2",
+            );
+            return;
+        }
     }
 
     // A truncated CTF trace (a stream file cut short).

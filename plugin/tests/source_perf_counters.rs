@@ -4,6 +4,7 @@
 //! busy loop. Skipped (loudly) where perf cannot trace or the PMU cannot count.
 
 mod perf_support;
+mod prereq;
 use perf_support::perf_usable;
 use std::collections::BTreeMap;
 use std::process::{Child, Command, Stdio};
@@ -27,8 +28,9 @@ fn counters_usable() -> bool {
         return false;
     }
     if !counters_supported() {
-        eprintln!(
-            "\n!!!!! SKIPPED: this machine's PMU does not count cycles, instructions and cache-misses (no PMU in this VM?) !!!!!\n"
+        prereq::skip(
+            "this machine's PMU does not count cycles, instructions and cache-misses \
+             (no PMU in this VM?)",
         );
         return false;
     }
@@ -183,7 +185,7 @@ fn live_perf_samples_a_spinners_counters() {
 /// End to end: the engine fed by the live source reports the spinner among its threads'
 /// vital signs, as a busy loop, and not the sleeper. The rule needs one cycle per
 /// wall-clock ns: on a machine too loaded to give the spinner that, the symptom is not
-/// asserted (said loudly), only its counters.
+/// asserted, only its counters, and the skipped part is recorded (`prereq::skip`).
 #[test]
 fn the_engine_names_a_live_spinner_a_busy_loop() {
     if !counters_usable() {
@@ -227,9 +229,10 @@ fn the_engine_names_a_live_spinner_a_busy_loop() {
         .sum();
     let rate = recent as f64 / (last - from).max(1) as f64;
     if rate < 1.1 {
-        eprintln!(
-            "\n!!!!! busy_loop NOT ASSERTED: the spinner got {rate:.2} cycles per ns at the end (the rule needs 1; machine loaded?) !!!!!\n"
-        );
+        prereq::skip(&format!(
+            "busy_loop symptom not asserted: the spinner got {rate:.2} cycles per ns at the \
+             end (the rule needs 1; machine loaded?)"
+        ));
         return;
     }
     let listed = signs

@@ -3,6 +3,7 @@
 //! fail on a misspelt directive, an argument the CLI does not take, or a stop that systemd
 //! would read as a failure (and restart).
 
+mod prereq;
 mod run_support;
 
 use std::path::{Path, PathBuf};
@@ -42,7 +43,7 @@ fn systemd_accepts_the_unit_without_a_warning() {
         .into_iter()
         .find(|p| Path::new(p).is_file())
     else {
-        eprintln!("\n!!! SKIPPED systemd unit check: systemd-analyze is not installed (scripts/setup.sh installs it)\n");
+        prereq::missing_tool("systemd-analyze", "apt-get install systemd");
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");
@@ -173,12 +174,17 @@ fn the_units_file_system_hardening_leaves_the_live_sources_working() {
         .iter()
         .find(|t| Command::new(t).arg("--version").output().is_err())
     {
-        eprintln!("\n!!! SKIPPED hardening check: {t} is not installed\n");
+        let package = match *t {
+            "perf" => "linux-perf",
+            "python3" => "python3",
+            _ => "util-linux",
+        };
+        prereq::missing_tool(t, &format!("apt-get install {package}"));
         return;
     }
     let probe = Command::new("unshare").args(["-m", "true"]).status();
     if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("\n!!! SKIPPED hardening check: cannot make a mount namespace (needs root)\n");
+        prereq::skip("hardening check: cannot make a mount namespace (needs root)");
         return;
     }
     // Outside /tmp, which the namespace replaces.
