@@ -917,6 +917,20 @@ mod tests {
             .expect("runtime")
     }
 
+    /// A wall clock for [`EngineTask::with_clock`] that reads the seconds stored in the
+    /// returned cell past its creation, so a test can make targets idle or quarantines end.
+    fn settable_clock() -> (
+        Arc<std::sync::atomic::AtomicU64>,
+        impl Fn() -> Instant + Send + 'static,
+    ) {
+        let base = Instant::now();
+        let wall_s = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let cell = wall_s.clone();
+        (wall_s, move || {
+            base + Duration::from_secs(cell.load(Ordering::Relaxed))
+        })
+    }
+
     /// An engine task with no targets configured and `sinks`, triggers held up to `wait`.
     fn task_with(
         engine: Box<dyn EngineHost>,
@@ -1522,7 +1536,6 @@ mod tests {
     fn a_new_name_evicts_an_idle_discovered_target_everywhere_and_is_capped_otherwise() {
         use crate::config::PrometheusSinkConfig;
         use crate::pipeline::router::DISCOVERED_IDLE;
-        use std::sync::atomic::AtomicU64;
 
         let params = Params {
             max_targets: 2,
@@ -1532,12 +1545,7 @@ mod tests {
         let telemetry = Arc::new(Telemetry::default());
         let (sink, exporter) =
             crate::sinks::prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
-        let base = Instant::now();
-        let wall_s = Arc::new(AtomicU64::new(0));
-        let clock = {
-            let wall_s = wall_s.clone();
-            move || base + Duration::from_secs(wall_s.load(Ordering::Relaxed))
-        };
+        let (wall_s, clock) = settable_clock();
         let mut task = EngineTask::new(
             engine,
             Router::new(&[], 2),
@@ -1632,12 +1640,7 @@ mod tests {
         let telemetry = Arc::new(Telemetry::default());
         let (sink, exporter) =
             crate::sinks::prometheus::new(&PrometheusSinkConfig::default(), telemetry.clone());
-        let base = Instant::now();
-        let wall_s = Arc::new(AtomicU64::new(0));
-        let clock = {
-            let wall_s = wall_s.clone();
-            move || base + Duration::from_secs(wall_s.load(Ordering::Relaxed))
-        };
+        let (wall_s, clock) = settable_clock();
         let mut task = task_with(
             engine,
             vec![Box::new(sink)],
