@@ -230,6 +230,9 @@ async fn push_and_check(protocol: OtlpProtocol) {
         forgotten: 0,
     });
     telemetry.set_reorder(7, 5, 1);
+    telemetry.add_target_evicted();
+    telemetry.add_target_evicted();
+    telemetry.set_quarantined(1, 3);
     telemetry.add_guest_restart();
     telemetry.add_guest_restart_failure();
     telemetry.add_guest_trap(TrapReason::Timeout);
@@ -462,6 +465,13 @@ async fn push_and_check(protocol: OtlpProtocol) {
         last_point(&captured, "faultline_guest_restarts", &[]),
         Some(1.0)
     );
+    for (name, want) in [
+        ("faultline_targets_evicted", 2.0),
+        ("faultline_targets_quarantined", 1.0),
+        ("faultline_target_quarantines", 3.0),
+    ] {
+        assert_eq!(last_point(&captured, name, &[]), Some(want), "{name}");
+    }
     assert_eq!(
         last_point(&captured, "faultline_guest_restart_failures", &[]),
         Some(1.0)
@@ -849,4 +859,88 @@ async fn pushes_vital_signs_and_symptoms() {
         list_attr(api, "faultline.symptoms"),
         Some(vec![StringValue("cache_thrash".into())])
     );
+}
+
+/// The `target` values of every data point in the last metrics request the collector got.
+fn targets_of_last_push(c: &Captured) -> std::collections::BTreeSet<String> {
+    let reqs = c.metrics.lock().unwrap();
+    let mut targets = std::collections::BTreeSet::new();
+    let last = reqs.last().expect("a push");
+    for m in last
+        .resource_metrics
+        .iter()
+        .flat_map(|r| r.scope_metrics.iter())
+        .flat_map(|s| s.metrics.iter())
+    {
+        let attrs: Vec<&[KeyValue]> = match &m.data {
+            Some(metric::Data::Gauge(g)) => {
+                g.data_points.iter().map(|p| &p.attributes[..]).collect()
+            }
+            Some(metric::Data::Sum(s)) => s.data_points.iter().map(|p| &p.attributes[..]).collect(),
+            Some(metric::Data::Histogram(h)) => {
+                h.data_points.iter().map(|p| &p.attributes[..]).collect()
+            }
+            _ => Vec::new(),
+        };
+        targets.extend(
+            attrs
+                .into_iter()
+                .filter_map(|a| str_attr(a, "target"))
+                .map(str::to_string),
+        );
+    }
+    targets
+}
+
+/// What the engine task does when the router evicts an idle target (or quarantines one):
+/// `ReportSink::forget` on every sink. The next push carries none of its series, and its
+/// place under the sink's own `max_targets` goes to the next new target.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forgotten_target_leaves_the_push_and_its_place_goes_to_a_new_one() {
+    use faultline::pipeline::report_sink::ReportSink;
+    let captured = Captured::default();
+    let endpoint = grpc_collector(captured.clone(), "127.0.0.1:0").await;
+    let cfg = OtlpSinkConfig {
+        endpoint: Some(endpoint),
+        interval_seconds: 1,
+        max_targets: 2,
+        ..OtlpSinkConfig::default()
+    };
+    let mut sink = OtlpSink::start(cfg, Arc::new(Telemetry::default())).expect("sink starts");
+    let publish = |sink: &mut OtlpSink, target, verdict| {
+        ReportSink::publish(sink, &report(target, verdict, 0.5)).expect("published");
+    };
+    publish(&mut sink, "db", Verdict::External);
+    publish(&mut sink, "web", Verdict::None);
+    publish(&mut sink, "api", Verdict::External);
+    assert_eq!(sink.capped_reports(), 1, "the cap is full: api is not kept");
+    let db = [("target", "db")];
+    assert!(
+        eventually(Duration::from_secs(30), || last_point(
+            &captured,
+            "faultline_impact_factor_ratio",
+            &db
+        )
+        .is_some())
+        .await,
+        "db's series were pushed"
+    );
+
+    ReportSink::forget(&mut sink, "db");
+    publish(&mut sink, "api", Verdict::External);
+    assert_eq!(sink.capped_reports(), 1, "api took db's place");
+    tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
+        .await
+        .expect("shutdown finishes")
+        .expect("final flush succeeds");
+
+    let names: Vec<String> = targets_of_last_push(&captured).into_iter().collect();
+    assert_eq!(names, ["api", "web"], "the final push has no series of db");
+    let reqs = captured.metrics.lock().unwrap().len();
+    assert!(reqs >= 2, "{reqs} pushes");
+    assert_eq!(
+        last_point(&captured, "faultline_series_capped", &[]),
+        Some(1.0)
+    );
+    assert_eq!(last_point(&captured, "faultline_targets", &[]), Some(2.0));
 }

@@ -870,10 +870,10 @@ mod tests {
     use super::*;
 
     /// A guest whose restart fails stays down, visibly: the failure is counted, calls are
-    /// refused at once until the backoff allows another attempt, and that attempt brings
-    /// it back.
+    /// refused at once until the backoff allows another attempt, a failed attempt makes the
+    /// next wait twice as long (1 s, then 2 s), and the attempt that succeeds brings it back.
     #[test]
-    fn a_failed_restart_backs_off_and_a_later_one_recovers() {
+    fn failed_restarts_back_off_longer_each_time_and_a_later_one_recovers() {
         let telemetry = Arc::new(Telemetry::default());
         let config = HostConfig {
             memory_limit_bytes: 16 << 20,
@@ -887,45 +887,76 @@ mod tests {
         })
         .collect();
         host.ingest("db", &small).unwrap();
+        let restarts = |t: &Telemetry| (t.guest_restarts(), t.guest_restart_failures());
+        // The backoff's wait after a restart attempt made between `before` and `after`
+        // is `wait`: the next attempt is allowed then, and not a moment before.
+        let waits = |host: &WasmHost, before: Instant, after: Instant, wait: Duration| {
+            assert!(
+                host.backoff
+                    .ready(before + wait - Duration::from_millis(1))
+                    .is_err(),
+                "an attempt allowed before {wait:?}"
+            );
+            assert_eq!(host.backoff.ready(after + wait), Ok(()), "{wait:?}");
+        };
 
         // Parameters the guest refuses make every restart fail.
         let good = std::mem::replace(&mut host.params_json, b"{".to_vec());
         let huge: Vec<SyscallEvent> = small.iter().copied().cycle().take(500_000).collect();
+        let before = Instant::now();
         let err = host.ingest("db", &huge).unwrap_err();
+        let after = Instant::now();
         assert!(matches!(err, HostError::Trap { .. }), "{err}");
         assert_eq!(telemetry.guest_traps_by(TrapReason::MemoryLimit), 1);
-        assert_eq!(
-            (
-                telemetry.guest_restarts(),
-                telemetry.guest_restart_failures()
-            ),
-            (0, 1)
-        );
+        assert_eq!(restarts(&telemetry), (0, 1));
         assert!(telemetry.guest_unavailable());
+        waits(&host, before, after, FIRST_DELAY);
 
         // Refused without an attempt while the backoff runs.
-        host.params_json = good;
         let err = host.ingest("db", &small).unwrap_err();
         assert!(
-            matches!(&err, HostError::Unavailable(m) if m.contains("next attempt in")),
+            matches!(&err, HostError::Unavailable(m) if m.contains("1 restart(s) failed, the next attempt in")),
             "{err}"
         );
         assert_eq!(
             crate::pipeline::telemetry::DropReason::from(&err).as_str(),
             "engine_unavailable"
         );
-        assert_eq!(telemetry.guest_restart_failures(), 1, "no attempt was made");
+        assert_eq!(restarts(&telemetry), (0, 1), "no attempt was made");
 
+        // Once it allows one, the next call makes an attempt, which fails again: the wait
+        // doubles.
         std::thread::sleep(FIRST_DELAY);
-        host.ingest("db", &small).unwrap();
-        assert_eq!(
-            (
-                telemetry.guest_restarts(),
-                telemetry.guest_restart_failures()
-            ),
-            (1, 1)
+        let before = Instant::now();
+        let err = host.ingest("db", &small).unwrap_err();
+        let after = Instant::now();
+        assert!(
+            matches!(&err, HostError::Unavailable(m) if m.contains("guest init failed")),
+            "{err}"
         );
+        assert_eq!(restarts(&telemetry), (0, 2));
+        assert!(telemetry.guest_unavailable());
+        waits(&host, before, after, 2 * FIRST_DELAY);
+        let err = host.ingest("db", &small).unwrap_err();
+        assert!(
+            matches!(&err, HostError::Unavailable(m) if m.contains("2 restart(s) failed, the next attempt in")),
+            "{err}"
+        );
+        assert_eq!(restarts(&telemetry), (0, 2), "no attempt was made");
+
+        // The attempt after the second wait succeeds.
+        host.params_json = good;
+        if let Err(left) = host.backoff.ready(Instant::now()) {
+            std::thread::sleep(left);
+        }
+        host.ingest("db", &small).unwrap();
+        assert_eq!(restarts(&telemetry), (1, 2));
         assert!(!telemetry.guest_unavailable());
+        assert_eq!(
+            host.backoff.failures(),
+            0,
+            "the next failure waits 1 s again"
+        );
         assert_eq!(host.counters().unwrap().events, small.len() as u64);
     }
 

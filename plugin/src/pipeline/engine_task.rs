@@ -1263,7 +1263,8 @@ mod tests {
     struct Trapping {
         native: NativeHost,
         on_finish: bool,
-        ingest_of: Option<&'static str>,
+        /// The target whose batches trap (settable while the task runs).
+        ingest_of: Arc<std::sync::Mutex<Option<&'static str>>>,
         ingests: Arc<std::sync::atomic::AtomicU64>,
     }
 
@@ -1272,7 +1273,7 @@ mod tests {
             Self {
                 native,
                 on_finish: true,
-                ingest_of: None,
+                ingest_of: Arc::default(),
                 ingests: Arc::default(),
             }
         }
@@ -1294,7 +1295,7 @@ mod tests {
         }
         fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
             self.ingests.fetch_add(1, Ordering::Relaxed);
-            if self.ingest_of == Some(target) {
+            if *self.ingest_of.lock().expect("trapping target") == Some(target) {
                 return Err(trap("fl_ingest"));
             }
             self.native.ingest(target, events)
@@ -1525,6 +1526,18 @@ mod tests {
         );
     }
 
+    /// `sh` is analysed in the slot an eviction freed in the engine (its own cap would
+    /// drop it otherwise).
+    fn sh_is_analysed_in_the_freed_slot(task: &mut EngineTask) {
+        task.ingest(batch_of("sh", 31, 40));
+        assert!(task
+            .engine
+            .trigger("sh", 35 * SECOND)
+            .expect("call")
+            .is_some());
+        assert_eq!(task.engine.counters().expect("counters").dropped_targets, 0);
+    }
+
     /// `process`'s `read`s (one thread) over `[from_s, to_s)`, from perf.
     fn batch_of(process: &str, from_s: u64, to_s: u64) -> EventBatch {
         let mut b = batch(1, from_s, to_s);
@@ -1607,13 +1620,7 @@ mod tests {
         let text = exporter.encode().expect("encode");
         assert!(text.contains("faultline_targets_evicted_total 1"), "{text}");
         // `sh` is analysed in the slot the engine freed (its own cap would drop it).
-        task.ingest(batch_of("sh", 31, 40));
-        assert!(task
-            .engine
-            .trigger("sh", 35 * SECOND)
-            .expect("call")
-            .is_some());
-        assert_eq!(task.engine.counters().expect("counters").dropped_targets, 0);
+        sh_is_analysed_in_the_freed_slot(&mut task);
 
         // A fourth name while both targets made calls recently: capped, nothing evicted.
         wall_s.store(DISCOVERED_IDLE.as_secs() + 60, Ordering::Relaxed);
@@ -1634,7 +1641,7 @@ mod tests {
         let engine = Box::new(Trapping {
             native: NativeHost::new(Params::default(), false).expect("engine"),
             on_finish: false,
-            ingest_of: Some("poison"),
+            ingest_of: Arc::new(std::sync::Mutex::new(Some("poison"))),
             ingests: ingests.clone(),
         });
         let telemetry = Arc::new(Telemetry::default());
@@ -1730,5 +1737,213 @@ mod tests {
         assert_eq!(sample("faultline_targets_quarantined"), 0.0);
         assert_eq!(perf.dropped(DropReason::Quarantined), events);
         assert_eq!(perf.dropped(DropReason::EngineError), 4 * events);
+    }
+
+    /// An engine task over a native engine and a router of two discovered targets each,
+    /// with `sinks`, on a settable clock (see [`settable_clock`]).
+    fn two_slot_task(
+        engine: Box<dyn EngineHost>,
+        sinks: Vec<Box<dyn ReportSink>>,
+    ) -> (EngineTask, Arc<std::sync::atomic::AtomicU64>) {
+        let (wall_s, clock) = settable_clock();
+        let task = EngineTask::new(
+            engine,
+            Router::new(&[], 2),
+            Vec::new(),
+            sinks,
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+        .expect("task")
+        .with_clock(clock);
+        (task, wall_s)
+    }
+
+    /// A native engine of two targets at most.
+    fn two_target_engine() -> Box<dyn EngineHost> {
+        let params = Params {
+            max_targets: 2,
+            ..Params::default()
+        };
+        Box::new(NativeHost::new(params, false).expect("engine"))
+    }
+
+    /// `web` makes calls while `curl` makes none for `DISCOVERED_IDLE`; then `sh`, a third
+    /// name, takes curl's slot (as in
+    /// `a_new_name_evicts_an_idle_discovered_target_everywhere_and_is_capped_otherwise`).
+    fn evict_curl_for_sh(task: &mut EngineTask, wall_s: &std::sync::atomic::AtomicU64) {
+        use crate::pipeline::router::DISCOVERED_IDLE;
+        wall_s.store(DISCOVERED_IDLE.as_secs() - 1, Ordering::Relaxed);
+        task.ingest(batch_of("web", 30, 31));
+        let evicted = task.telemetry.targets_evicted();
+        wall_s.store(DISCOVERED_IDLE.as_secs(), Ordering::Relaxed);
+        task.ingest(batch_of("sh", 30, 31));
+        assert_eq!(
+            task.telemetry.targets_evicted(),
+            evicted + 1,
+            "sh evicted curl"
+        );
+    }
+
+    /// An on-demand diagnosis of `target` at `at_ns`, with its data already past it:
+    /// answered (and published) at once.
+    fn trigger_now(task: &mut EngineTask, target: &str, at_ns: u64) -> Option<Report> {
+        let (reply, mut answer) = oneshot::channel();
+        let target = target.to_owned();
+        task.command(
+            EngineCommand::Trigger {
+                target,
+                at_ns,
+                reply,
+            },
+            false,
+        );
+        answer
+            .try_recv()
+            .expect("answered at once")
+            .expect("no engine error")
+    }
+
+    #[test]
+    fn an_evicted_target_leaves_the_report_store_and_its_place_goes_to_the_new_one() {
+        use crate::pipeline::latest::{LatestReports, LatestReportsSink};
+
+        // `GET /report`'s store, for as many targets as the router.
+        let store = Arc::new(LatestReports::new(2));
+        let sink = LatestReportsSink(store.clone());
+        let (mut task, wall_s) = two_slot_task(two_target_engine(), vec![Box::new(sink)]);
+        task.ingest(batch_of("curl", 0, 30));
+        task.ingest(batch_of("web", 0, 30));
+        assert!(store.get("curl").is_some() && store.get("web").is_some());
+
+        evict_curl_for_sh(&mut task, &wall_s);
+        assert!(store.get("curl").is_none(), "curl's report is gone");
+        let web = store.get("web").expect("web's latest report stays");
+        assert_eq!(web.target, "web");
+        // sh's report takes the place curl's left (the store is full otherwise).
+        task.ingest(batch_of("sh", 31, 40));
+        assert!(trigger_now(&mut task, "sh", 35 * SECOND).is_some());
+        let names: Vec<String> = store.all().into_iter().map(|r| r.target).collect();
+        assert_eq!(names, ["sh", "web"]);
+        assert_eq!(store.capped(), 0);
+    }
+
+    #[test]
+    fn an_evicted_target_leaves_the_silence_watch_and_its_slot_goes_to_the_new_one() {
+        use crate::pipeline::process_state::Probe;
+
+        let (task, wall_s) = two_slot_task(two_target_engine(), Vec::new());
+        // Watching perf's targets, as many as the router routes.
+        let watch = SilenceWatch::new(Duration::from_millis(1), vec!["perf"], 2);
+        let mut task = task.with_silence_watch(watch);
+        task.ingest(batch_of("curl", 0, 30));
+        task.ingest(batch_of("web", 0, 30));
+        let due = |task: &mut EngineTask| {
+            let watch = task.silence.as_mut().expect("a silence watch");
+            let later = Instant::now() + Duration::from_secs(3_600);
+            let probe = |_: &[u32]| Probe {
+                still: Stillness::Unknown,
+                cost: 1,
+            };
+            let check = watch.due(later, |_| true, |_| true, probe);
+            check.due.into_iter().map(|d| d.target).collect::<Vec<_>>()
+        };
+        assert_eq!(due(&mut task), ["curl", "web"]);
+
+        evict_curl_for_sh(&mut task, &wall_s);
+        // Nothing due for curl (its clock is not moved, nor reported on), and sh took its
+        // slot (the watch keeps two targets at most).
+        assert_eq!(due(&mut task), ["sh", "web"]);
+    }
+
+    /// `otlp`'s batch of process `pid` of service `name`.
+    fn otlp_of(name: &str, pid: u32, from_s: u64, to_s: u64) -> EventBatch {
+        let mut b = otlp(pid, from_s, to_s);
+        b.process.comm = Some(name.into());
+        b
+    }
+
+    #[test]
+    fn otlp_records_held_for_an_evicted_target_are_analysed_before_it_is_forgotten() {
+        let (task, wall_s) = two_slot_task(two_target_engine(), Vec::new());
+        let mut task = task.with_reorder(30.0);
+        let events = |task: &mut EngineTask| task.engine.counters().expect("counters").events;
+        task.ingest(batch_of("web", 0, 30));
+        // Two processes of curl: process 2 sent 9 s past process 1, which holds most of
+        // it back until process 1 sends past it (or goes quiet).
+        task.ingest(otlp_of("curl", 1, 0, 1));
+        task.ingest(otlp_of("curl", 2, 0, 10));
+        let held = task.reorder.held() as u64;
+        assert!(held > 800, "{held} records held");
+        let before = events(&mut task);
+
+        evict_curl_for_sh(&mut task, &wall_s);
+        assert_eq!(task.reorder.held(), 0);
+        let fed = batch_of("web", 30, 31).events.len() + batch_of("sh", 30, 31).events.len();
+        assert_eq!(
+            events(&mut task),
+            before + held + fed as u64,
+            "the held records reached the engine"
+        );
+        // ... before the engine forgot curl: fed after, they would have made it again,
+        // in the slot sh needs.
+        assert_eq!(task.engine.trigger("curl", 5 * SECOND).expect("call"), None);
+        sh_is_analysed_in_the_freed_slot(&mut task);
+        let otlp = task.telemetry.source(crate::sources::otlp::GRPC_SOURCE);
+        assert_eq!(otlp.dropped(DropReason::Quarantined), 0);
+    }
+
+    #[test]
+    fn a_quarantined_target_leaves_the_report_store_and_its_held_records_count_as_quarantined() {
+        use crate::pipeline::latest::{LatestReports, LatestReportsSink};
+
+        let trap_of = Arc::new(std::sync::Mutex::new(None));
+        let engine = Box::new(Trapping {
+            native: NativeHost::new(Params::default(), false).expect("engine"),
+            on_finish: false,
+            ingest_of: trap_of.clone(),
+            ingests: Arc::default(),
+        });
+        let store = Arc::new(LatestReports::new(4));
+        let telemetry = Arc::new(Telemetry::default());
+        let mut task = task_with(
+            engine,
+            vec![Box::new(LatestReportsSink(store.clone()))],
+            telemetry.clone(),
+            Duration::from_secs(60),
+        )
+        .with_reorder(30.0);
+        task.ingest(batch_of("web", 0, 30));
+        // One process of poison: nothing held, its records analysed, its reports kept.
+        task.ingest(otlp_of("poison", 1, 0, 30));
+        assert!(store.get("poison").is_some() && store.get("web").is_some());
+        assert_eq!(task.reorder.held(), 0);
+
+        // Now its calls trap. Process 1's next second goes at once (trap 1); a second
+        // process's first second goes but for its last record (trap 2); process 1's next
+        // four seconds wait behind that record, which they let go (trap 3).
+        *trap_of.lock().expect("trapping target") = Some("poison");
+        task.ingest(otlp_of("poison", 1, 30, 31));
+        task.ingest(otlp_of("poison", 2, 30, 31));
+        let held = otlp_of("poison", 1, 31, 35).events.len() as u64;
+        task.ingest(otlp_of("poison", 1, 31, 35));
+        assert_eq!(telemetry.targets_quarantined(), 1);
+
+        let otlp = telemetry.source(crate::sources::otlp::GRPC_SOURCE);
+        assert_eq!(
+            otlp.dropped(DropReason::Quarantined),
+            held,
+            "the records held for it are counted as quarantined"
+        );
+        // The trapped records: 100, 99 and 1.
+        assert_eq!(otlp.dropped(DropReason::EngineError), 200);
+        assert_eq!(task.reorder.held(), 0);
+        assert!(store.get("poison").is_none(), "poison's report is gone");
+        assert_eq!(
+            store.get("web").map(|r| r.target),
+            Some("web".to_owned()),
+            "web's latest report stays"
+        );
     }
 }

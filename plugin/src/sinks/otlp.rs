@@ -904,34 +904,50 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .build();
     let t = telemetry.clone();
     meter
-        .u64_observable_counter(names::TARGETS_EVICTED)
-        .with_description(names::TARGETS_EVICTED_HELP)
-        .with_callback(move |obs| obs.observe(t.targets_evicted(), &[]))
-        .build();
-    let t = telemetry.clone();
-    meter
         .u64_observable_gauge(names::TARGETS_QUARANTINED)
         .with_description(names::TARGETS_QUARANTINED_HELP)
         .with_callback(move |obs| obs.observe(t.targets_quarantined(), &[]))
         .build();
-    let t = telemetry.clone();
-    meter
-        .u64_observable_counter(names::TARGET_QUARANTINES)
-        .with_description(names::TARGET_QUARANTINES_HELP)
-        .with_callback(move |obs| obs.observe(t.target_quarantines(), &[]))
-        .build();
-    let t = telemetry.clone();
-    meter
-        .u64_observable_counter(names::GUEST_RESTARTS)
-        .with_description("Times the WASM engine guest was restarted after a trap")
-        .with_callback(move |obs| obs.observe(t.guest_restarts(), &[]))
-        .build();
-    let t = telemetry.clone();
-    meter
-        .u64_observable_counter(names::GUEST_RESTART_FAILURES)
-        .with_description(names::GUEST_RESTART_FAILURES_HELP)
-        .with_callback(move |obs| obs.observe(t.guest_restart_failures(), &[]))
-        .build();
+    // Process-wide counters of one value each, no labels.
+    for (name, help, read) in [
+        (
+            names::TARGETS_EVICTED,
+            names::TARGETS_EVICTED_HELP,
+            Telemetry::targets_evicted as fn(&Telemetry) -> u64,
+        ),
+        (
+            names::TARGET_QUARANTINES,
+            names::TARGET_QUARANTINES_HELP,
+            Telemetry::target_quarantines,
+        ),
+        (
+            names::GUEST_RESTARTS,
+            "Times the WASM engine guest was restarted after a trap",
+            Telemetry::guest_restarts,
+        ),
+        (
+            names::GUEST_RESTART_FAILURES,
+            names::GUEST_RESTART_FAILURES_HELP,
+            Telemetry::guest_restart_failures,
+        ),
+        (
+            names::REORDER_LATE,
+            "OTLP records fed behind a newer record of their target",
+            |t| t.reorder().1,
+        ),
+        (
+            names::REORDER_OVERFLOWS,
+            "Times the full OTLP reorder stage fed records before their turn",
+            |t| t.reorder().2,
+        ),
+    ] {
+        let t = telemetry.clone();
+        meter
+            .u64_observable_counter(name)
+            .with_description(help)
+            .with_callback(move |obs| obs.observe(read(&t), &[]))
+            .build();
+    }
     let t = telemetry.clone();
     meter
         .u64_observable_counter(names::GUEST_TRAPS)
@@ -989,18 +1005,6 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         .u64_observable_gauge(names::REORDER_HELD)
         .with_description("OTLP records waiting in the reorder stage")
         .with_callback(move |obs| obs.observe(t.reorder().0, &[]))
-        .build();
-    let t = telemetry.clone();
-    meter
-        .u64_observable_counter(names::REORDER_LATE)
-        .with_description("OTLP records fed behind a newer record of their target")
-        .with_callback(move |obs| obs.observe(t.reorder().1, &[]))
-        .build();
-    let t = telemetry.clone();
-    meter
-        .u64_observable_counter(names::REORDER_OVERFLOWS)
-        .with_description("Times the full OTLP reorder stage fed records before their turn")
-        .with_callback(move |obs| obs.observe(t.reorder().2, &[]))
         .build();
 }
 
