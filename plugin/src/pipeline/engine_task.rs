@@ -343,25 +343,35 @@ impl EngineTask {
         );
         self.telemetry.add_target_evicted();
         self.quarantine.forget(&target);
-        // Records the reorder stage accepted for it are analysed, not lost; then its entry
-        // goes (nothing is left in it to drop).
-        self.flush_target(&target);
-        self.reorder.forget(&target);
-        let started = Instant::now();
-        let forgotten = self.engine.forget(&target);
-        self.observe(started);
-        if let Err(err) = forgotten {
-            self.engine_error(&err);
+        // Records the reorder stage accepted for it are analysed, not lost.
+        self.drop_kept(&target, true);
+    }
+
+    /// Drops everything the pipeline keeps of `target`, for an eviction or a quarantine:
+    /// the records the reorder stage holds go through [`EngineTask::feed`] first
+    /// (analysed, or counted as quarantined), then its reorder entry, its engine state
+    /// (`in_engine`; a quarantine follows a guest restart, which lost it already), its
+    /// silence watch entry, its parked triggers (answered: no data will come for them)
+    /// and every sink's series.
+    fn drop_kept(&mut self, target: &Arc<str>, in_engine: bool) {
+        self.flush_target(target);
+        self.reorder.forget(target);
+        if in_engine {
+            let started = Instant::now();
+            let forgotten = self.engine.forget(target);
+            self.observe(started);
+            if let Err(err) = forgotten {
+                self.engine_error(&err);
+            }
         }
         if let Some(w) = &mut self.silence {
-            w.forget(&target);
+            w.forget(target);
         }
-        // No data will come for them: answered as for an unknown target.
-        for w in self.triggers.forget(&target) {
+        for w in self.triggers.forget(target) {
             self.answer(w);
         }
         for s in &mut self.sinks {
-            s.forget(&target);
+            s.forget(target);
         }
     }
 
@@ -475,7 +485,9 @@ impl EngineTask {
     /// Whether `target` is quarantined; if so its `events` (of `source`) are counted as
     /// dropped.
     fn quarantined(&mut self, target: &str, source: &'static str, events: usize) -> bool {
-        if self.quarantine.until(target, (self.clock)()).is_none() {
+        // Almost always nothing is quarantined: no clock read per batch then.
+        if self.quarantine.tracked() == 0 || self.quarantine.until(target, (self.clock)()).is_none()
+        {
             return false;
         }
         self.telemetry
@@ -508,22 +520,14 @@ impl EngineTask {
         );
         self.telemetry
             .set_quarantined(self.quarantine.active(now), 1);
-        // What the reorder stage holds of it is counted as quarantined by `feed`.
-        self.flush_target(target);
-        self.reorder.forget(target);
-        if let Some(w) = &mut self.silence {
-            w.forget(target);
-        }
-        for w in self.triggers.forget(target) {
-            self.answer(w);
-        }
-        for s in &mut self.sinks {
-            s.forget(target);
-        }
+        self.drop_kept(target, false);
     }
 
     /// Ends the quarantines that are over, at most once a second.
     fn expire_quarantines(&mut self) {
+        if self.quarantine.tracked() == 0 {
+            return;
+        }
         let now = (self.clock)();
         if now.saturating_duration_since(self.quarantine_checked) < Duration::from_secs(1) {
             return;
