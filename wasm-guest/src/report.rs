@@ -390,6 +390,11 @@ pub struct AffectedThread {
     /// Busy and tested right after the onset: part of τ's population.
     #[serde(default)]
     pub active: bool,
+    /// Share of the `persistence_seconds` after its onset the thread lost to slower
+    /// calls and longer gaps between them (their excess over the baseline mean; 1 when
+    /// the fault stopped it): how much the fault cost it.
+    #[serde(default)]
+    pub lost_share: f64,
 }
 
 /// α and β derived from a run under a known external fault (the paper's calibration).

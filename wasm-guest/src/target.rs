@@ -17,9 +17,9 @@
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
 //! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (128 + 152 B, and
 //! 8·k bytes of slab rings when k > [`INLINE_RING`]) + episodes
-//! (≤ 8 × 96 B)) + the pooled baselines and activity ring (a few hundred KiB). With the
+//! (≤ 8 × 96 B) + 520 B of lost-time bins once it had an outlier) + the pooled baselines and activity ring (a few hundred KiB). With the
 //! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +
-//! 16 × 0.27) KiB ≈ 51 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! 16 × 0.27 + 0.51) KiB ≈ 56 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! A channel is not held for good: once every channel of a thread is taken, a syscall
@@ -956,6 +956,8 @@ impl Target {
         // mirrors the last test of a series): the bins are marked once per call.
         let mut tested = false;
         let mut outlying = false;
+        // Time lost to this call's outliers (see `LostBins`).
+        let mut lost = 0.0f32;
         // 2. The gap channel (off-CPU / user time between calls).
         let ts = call.enter_ns;
         if let Some(g) = gap {
@@ -974,6 +976,7 @@ impl Target {
                     x,
                     ts,
                     d,
+                    &mut lost,
                 ) {
                     tested = true;
                     outlying |= ch.dur.run;
@@ -1000,9 +1003,18 @@ impl Target {
                     let pools = &mut self.pools;
                     let x = call.duration_ns as f32;
                     let mut cold = ch.cold;
-                    if let Some(r) =
-                        feed(ch.dur, &mut cold, ch.dur_ring, key, pools, false, x, ts, d)
-                    {
+                    if let Some(r) = feed(
+                        ch.dur,
+                        &mut cold,
+                        ch.dur_ring,
+                        key,
+                        pools,
+                        false,
+                        x,
+                        ts,
+                        d,
+                        &mut lost,
+                    ) {
                         own_judged = ch.dur.baseline.gate_usable();
                         key_tested = true;
                         outlying |= ch.dur.run;
@@ -1012,9 +1024,9 @@ impl Target {
                     }
                     if let Some(x) = ia {
                         let x = -(x as f32);
-                        if let Some(r) =
-                            feed(ch.ia, &mut cold, ch.ia_ring, key, pools, true, x, ts, d)
-                        {
+                        if let Some(r) = feed(
+                            ch.ia, &mut cold, ch.ia_ring, key, pools, true, x, ts, d, &mut lost,
+                        ) {
                             key_tested = true;
                             outlying |= ch.ia.run;
                             if let Some(run) = r {
@@ -1070,6 +1082,9 @@ impl Target {
         }
         if outlying {
             th.outlying.mark(bin);
+            if lost > 0.0 {
+                th.add_lost(bin, lost);
+            }
         }
         // 4. A call of a kind with a baseline that stayed stuck as long as an open one
         //    must (see `resumed_stuck_episode`); cheap to rule out, as no such call is
@@ -1388,8 +1403,15 @@ impl Target {
                 }
                 // A stall stopped the thread, like a stuck call: it lasted by definition.
                 let stopped = stuck.is_some() || e.stall;
+                // A lasting outlier of execution time or gaps must also have cost the
+                // thread time (see `min_lost_share`); a higher call rate costs none.
+                let costly = stopped
+                    || e.frequency
+                    || self.lost_share(t, e.alarm_ns, to) >= self.params.min_lost_share;
                 if let Some(p) = self.persistence(t, e.alarm_ns, to, stopped) {
-                    best = Some((*e, p, e.stall));
+                    if costly {
+                        best = Some((*e, p, e.stall));
+                    }
                 }
             }
             // A stop mid-request in the range says what the thread waits on, whichever
@@ -1745,6 +1767,11 @@ impl Target {
                             t0,
                         ) / (d.persistence_ns as f64 / 1e9).max(1e-9),
                         active: testable,
+                        lost_share: if stuck {
+                            1.0
+                        } else {
+                            self.lost_share(t, e.alarm_ns, to)
+                        },
                     });
                     rank.add(
                         &e.top,
@@ -2194,6 +2221,14 @@ impl Target {
             return Some(share);
         }
         (end <= to && share >= rho).then_some(share)
+    }
+
+    /// Share of the `persistence_seconds` after an outlier at `from` (up to `to`) that
+    /// `t` lost to outlying execution times and gaps (see `LostBins`).
+    fn lost_share(&self, t: &Thread, from: u64, to: u64) -> f64 {
+        let d = &self.d;
+        let end = from.saturating_add(d.persistence_ns).min(to);
+        t.lost_ns(from / d.bin_ns, end / d.bin_ns) as f64 / d.persistence_ns.max(1) as f64
     }
 
     /// The threads that burned a CPU right after the onset `t0` (see
@@ -3277,6 +3312,7 @@ fn feed(
     x: f32,
     ts: u64,
     d: &Derived,
+    lost: &mut f32,
 ) -> Option<Option<u64>> {
     let ma = series.push(ring, x)?;
     let pi = pool_index(key);
@@ -3322,7 +3358,14 @@ fn feed(
         } else {
             pool_b.usable(d.pool_min_n, d.min_epochs)
         };
-        r.is_some_and(|r| detector::is_outlier(ma, &r, thr()))
+        r.is_some_and(|r| {
+            let outlier = detector::is_outlier(ma, &r, thr());
+            // Time lost (see `LostBins`); a higher call rate loses no time by itself.
+            if outlier && !frequency {
+                *lost += ma - r.mean;
+            }
+            outlier
+        })
     };
     if !outlier && !series.run {
         // Outside a run a non-outlier leaves the confirmation state as it is.

@@ -5,6 +5,7 @@
 //! k-rings of `f32`, two baselines, two confirmation states; 128 + 152 bytes, plus 8·k
 //! for k > [`INLINE_RING`]) plus
 //! an episode ring of at most [`EPISODES_PER_THREAD`] (allocated as episodes occur),
+//! 256 bins of time lost to outliers ([`LostBins`], 520 bytes, allocated at the first),
 //! a 256-bin call counter and three 256-bin bitmaps (the 960-byte [`Thread`] record);
 //! see [`Thread::bytes`].
 //!
@@ -578,6 +579,48 @@ impl CallBins {
     }
 }
 
+/// Time a thread lost to outliers per bin: the excess of each outlying moving average of
+/// an execution time or of the gap between calls over its baseline mean, in µs
+/// (saturating at ~65 ms a bin, far above what tells a fault from a blip).
+///
+/// Why: a brief network hiccup can keep a thread's `sendto` moving averages above their
+/// baseline for seconds (a few calls of 1–2 ms among calls of 30 µs), which the outlier
+/// share alone reads as a lasting fault although the thread lost a fraction of a percent
+/// of its time. Summed over a k-moving average's outliers the excesses add up to about
+/// the excess of the calls behind them (each call is in k averages, at 1/k weight).
+#[derive(Clone, Debug)]
+pub struct LostBins {
+    latest: u64,
+    us: [u16; 256],
+}
+
+impl Default for LostBins {
+    fn default() -> Self {
+        Self {
+            latest: 0,
+            us: [0; 256],
+        }
+    }
+}
+
+impl LostBins {
+    /// Adds `ns` (rounded to µs) to `bin`; bins older than the ring are ignored.
+    pub fn add(&mut self, bin: u64, ns: f32) {
+        if !ring_seek(&mut self.us, &mut self.latest, bin) {
+            return;
+        }
+        let us = (ns / 1000.0).round().clamp(0.0, f32::from(u16::MAX)) as u16;
+        if let Some(c) = self.us.get_mut((bin % RING_BINS) as usize) {
+            *c = c.saturating_add(us);
+        }
+    }
+
+    /// Nanoseconds lost in bins `[lo, hi]`.
+    pub fn sum_ns(&self, lo: u64, hi: u64) -> u64 {
+        ring_sum(&self.us, self.latest, lo, hi, 0) * 1000
+    }
+}
+
 /// Bins of the per-thread rings ([`CallBins`], [`crate::cpu_time::CpuBins`]).
 pub const RING_BINS: u64 = 256;
 
@@ -693,6 +736,9 @@ pub struct Thread {
     pub episodes: Vec<Episode>,
     /// On-CPU time per bin, for sources with scheduler records (absent otherwise).
     pub cpu: Option<Box<crate::cpu_time::CpuBins>>,
+    /// Time lost per bin to outlying execution times and gaps (see [`LostBins`]);
+    /// allocated at the thread's first outlier, which most threads never have.
+    pub lost: Option<Box<LostBins>>,
     /// No channel can be recycled before this time (see [`Thread::recycle_chan`]): a
     /// thread with more busy syscalls than channels does not rescan on every call.
     pub recycle_after_ns: u64,
@@ -1132,12 +1178,49 @@ impl Thread {
                 .cpu
                 .as_ref()
                 .map_or(0, |_| std::mem::size_of::<crate::cpu_time::CpuBins>())
+            + self
+                .lost
+                .as_ref()
+                .map_or(0, |_| std::mem::size_of::<LostBins>())
+    }
+
+    /// Adds `ns` of time lost to an outlier in `bin`.
+    pub fn add_lost(&mut self, bin: u64, ns: f32) {
+        self.lost.get_or_insert_with(Box::default).add(bin, ns);
+    }
+
+    /// Time lost to outliers in bins `[lo, hi]`, in nanoseconds.
+    pub fn lost_ns(&self, lo: u64, hi: u64) -> u64 {
+        self.lost.as_ref().map_or(0, |l| l.sum_ns(lo, hi))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lost_time_is_summed_per_bin_and_forgotten_with_the_ring() {
+        let mut t = Thread::default();
+        assert_eq!(t.lost_ns(0, 1000), 0);
+        t.add_lost(10, 1_400.0);
+        t.add_lost(10, 2_000.0);
+        t.add_lost(12, 40_000.0);
+        // Rounded to µs per addition.
+        assert_eq!(t.lost_ns(10, 10), 3_000);
+        assert_eq!(t.lost_ns(10, 12), 43_000);
+        assert_eq!(t.lost_ns(11, 11), 0);
+        // Saturates instead of wrapping; a negative excess adds nothing.
+        t.add_lost(20, 1e12);
+        t.add_lost(20, -5e6);
+        assert_eq!(t.lost_ns(20, 20), u64::from(u16::MAX) * 1000);
+        // A bin a whole ring later clears what it passes; older bins are not counted.
+        t.add_lost(20 + RING_BINS, 7_000.0);
+        assert_eq!(t.lost_ns(0, 20 + RING_BINS), 7_000);
+        t.add_lost(20, 1_000.0);
+        assert_eq!(t.lost_ns(0, 20 + RING_BINS), 7_000);
+        assert!(t.bytes() >= std::mem::size_of::<Thread>() + std::mem::size_of::<LostBins>());
+    }
 
     proptest::proptest! {
         /// Marks of the latest bin are deferred flags (`latest_marks`); the sets read

@@ -219,7 +219,15 @@ def row(case, truth, mode, analysis, elapsed, err):
         "subsystem": r["subsystem"] if report else None,
         "subsystem_right": (r["subsystem"] == want) if (report and want and truth["class"] == "external") else None,
         "delay_s": None if delay is None else round(delay, 1),
+        # Per affected thread: what made it count (for re-tuning against recorded cases).
+        "affected": _affected(r),
+        "false_alarm_affected": [_affected(a.get("diagnosis", {})) for a in early],
     }
+
+
+def _affected(report):
+    return [{k: a.get(k) for k in ("tid", "syscall", "channel", "persistence", "lost_share", "active")}
+            for a in report.get("affected_threads", [])]
 
 
 def evaluate(binary, cases_root, modes=("continuous", "on_demand"), calibrated=True, targets_of=None, extra=()):

@@ -76,7 +76,7 @@ impl Default for HostConfig {
     fn default() -> Self {
         Self {
             kind: EngineKind::Wasm,
-            // Two targets at the default max_threads (~131 MiB each, see
+            // Two targets at the default max_threads (~139 MiB each, see
             // `memory_fit`) and the guest itself: a trap loses every target's state.
             memory_limit_bytes: 512 << 20,
             call_timeout_ms: Some(10_000),

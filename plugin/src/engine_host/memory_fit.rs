@@ -11,7 +11,9 @@
 use std::mem::size_of;
 
 use faultline_engine::cpu_time::CpuBins;
-use faultline_engine::thread::{Chan, ChanCold, Episode, Thread, EPISODES_PER_THREAD, INLINE_RING};
+use faultline_engine::thread::{
+    Chan, ChanCold, Episode, LostBins, Thread, EPISODES_PER_THREAD, INLINE_RING,
+};
 use faultline_engine::thread_store::CHUNK;
 use faultline_engine::Params;
 
@@ -28,8 +30,8 @@ const TID_INDEX_ENTRIES_PER_THREAD: u64 = 4;
 
 /// Upper bound of one thread's state under `p`: its record, `max_syscalls_per_thread`
 /// channels (hot and cold parts, key, and the slab rings of a `moving_average_k` above
-/// the record's inline ring), the episode ring, the CPU account (with scheduler
-/// records), and its tid index entries.
+/// the record's inline ring), the episode ring, the lost-time bins, the CPU account
+/// (with scheduler records), and its tid index entries.
 pub fn thread_bound_bytes(p: &Params) -> u64 {
     let k = p.moving_average_k;
     let slab_ring = if k > INLINE_RING {
@@ -41,6 +43,7 @@ pub fn thread_bound_bytes(p: &Params) -> u64 {
     let bytes = size_of::<Thread>()
         + p.max_syscalls_per_thread.saturating_mul(chan)
         + EPISODES_PER_THREAD * size_of::<Episode>()
+        + size_of::<LostBins>()
         + size_of::<CpuBins>()
         + TID_INDEX_ENTRIES_PER_THREAD as usize * size_of::<(u32, u32)>();
     bytes as u64
@@ -97,9 +100,9 @@ mod tests {
     #[test]
     fn the_bound_covers_the_engines_documented_one() {
         let p = Params::default();
-        // target.rs: Thread (960 B on wasm32) + 16 × (128 + 152 B) + episodes (8 × 96 B);
-        // this host's records are at least as large.
-        let documented = 960 + 16 * (128 + 152) + 8 * 96;
+        // target.rs: Thread (960 B on wasm32) + 16 × (128 + 152 B) + episodes (8 × 96 B)
+        // + lost-time bins (520 B); this host's records are at least as large.
+        let documented = 960 + 16 * (128 + 152) + 8 * 96 + 520;
         let bound = thread_bound_bytes(&p);
         assert!(bound >= documented, "{bound} < {documented}");
         // …and not wildly above it: the CPU account and the tid index are the rest.
