@@ -12,6 +12,14 @@
 //!
 //! Batches reach it in time order, so the records near the clock are one contiguous run
 //! and the common case (the whole batch near the clock) costs two comparisons.
+//!
+//! Nearer jumps ahead are held instead ([`LeapHold`]): a record stamped seconds to
+//! minutes past the clock (an OTLP client's skewed clock on one span, a corrupt trace
+//! line) would move the clock there, and every report until the data caught up would
+//! describe seconds no record covers yet — where a blip looks lasting and a busy thread
+//! looks stopped (measured: one record 10–120 s ahead of a healthy 32-thread stream made
+//! 1–8 of its 29 reports raise a verdict, and one 20 min ahead left the rest of the
+//! 300 s stream with no report at all).
 
 use std::ops::Range;
 
@@ -25,6 +33,112 @@ pub const MAX_CLOCK_JUMP_NS: u64 = 3_600 * 1_000_000_000;
 /// few enough that a real jump loses well under a second of a busy target's events.
 pub const JUMP_CONFIRM_EVENTS: u64 = 64;
 
+/// How far past the clock a record may begin a stretch of the stream without being held
+/// for confirmation ([`LeapHold`]): the default unit gap. A busy target's records are
+/// microseconds apart; one more than a second past everything before it is either the
+/// end of a silence or a wild timestamp, and only the records after it tell which.
+pub const LEAP_NS: u64 = 1_000_000_000;
+
+/// The records of a batch from the first one more than [`LEAP_NS`] past the clock and
+/// the records before it, when fewer than [`JUMP_CONFIRM_EVENTS`]: kept out of the
+/// analysis until the stream confirms the leap (the next batch reaches within
+/// [`LEAP_NS`] of them, or the host moves the clock there) or refutes it (the next batch
+/// stays behind them: they are clock outliers). A silence costs its first records a
+/// batch's delay; a wild record does not move the clock. At most
+/// [`JUMP_CONFIRM_EVENTS`] − 1 records.
+#[derive(Clone, Debug, Default)]
+pub struct LeapHold {
+    held: Vec<SyscallEvent>,
+}
+
+impl LeapHold {
+    /// Whether records are held.
+    pub fn is_empty(&self) -> bool {
+        self.held.is_empty()
+    }
+
+    /// Bytes held on the heap.
+    pub fn bytes(&self) -> usize {
+        self.held.capacity() * std::mem::size_of::<SyscallEvent>()
+    }
+
+    /// The held records when the stream reached `ts_ns` confirms them (`ts_ns` within
+    /// [`LEAP_NS`] of the first), which the caller ingests; `None` while still held.
+    pub fn confirmed_by(&mut self, ts_ns: u64) -> Option<Vec<SyscallEvent>> {
+        let first = self.held.first()?.ts_ns;
+        (ts_ns.saturating_add(LEAP_NS) >= first).then(|| std::mem::take(&mut self.held))
+    }
+
+    /// Decides on the held records with a time-ordered `batch`, then holds the batch's own
+    /// leap: returns the records to ingest now, in time order. `outliers` is increased by
+    /// held records the batch refuted. `clock`: the target's (`None` before its first
+    /// record).
+    pub fn pass<'a>(
+        &mut self,
+        batch: &'a [SyscallEvent],
+        clock: Option<u64>,
+        outliers: &mut u64,
+    ) -> std::borrow::Cow<'a, [SyscallEvent]> {
+        use std::borrow::Cow;
+        let mut all = Cow::Borrowed(batch);
+        let mut clock = clock;
+        if let Some(last) = batch.last() {
+            match self.confirmed_by(last.ts_ns) {
+                Some(mut held) => {
+                    // The leap is confirmed: the stream's time is where it went.
+                    clock = held.first().map(|e| e.ts_ns).max(clock);
+                    // Both parts are in time order; a stable sort of their concatenation
+                    // merges them.
+                    held.extend_from_slice(batch);
+                    held.sort_by_key(|e| e.ts_ns);
+                    all = Cow::Owned(held);
+                }
+                None => {
+                    *outliers += self.held.len() as u64;
+                    self.held.clear();
+                }
+            }
+        }
+        let Some(at) = leap_at(&all, clock) else {
+            return all;
+        };
+        if all.len() - at >= JUMP_CONFIRM_EVENTS as usize {
+            return all;
+        }
+        self.held.extend_from_slice(all.get(at..).unwrap_or(&[]));
+        match all {
+            Cow::Borrowed(b) => Cow::Borrowed(b.get(..at).unwrap_or(&[])),
+            Cow::Owned(mut v) => {
+                v.truncate(at);
+                Cow::Owned(v)
+            }
+        }
+    }
+
+    /// Drops what is held (the stream ended, or the target restarted), counting it.
+    pub fn drop_held(&mut self, outliers: &mut u64) {
+        *outliers += self.held.len() as u64;
+        self.held = Vec::new();
+    }
+}
+
+/// Index of the first record of time-ordered `batch` more than [`LEAP_NS`] past the
+/// clock and every record before it (the first record starts the clock when there is
+/// none). Two comparisons when the whole batch is within [`LEAP_NS`] of the clock.
+fn leap_at(batch: &[SyscallEvent], clock: Option<u64>) -> Option<usize> {
+    let mut prev = clock.or_else(|| batch.first().map(|e| e.ts_ns))?;
+    if batch.last()?.ts_ns <= prev.saturating_add(LEAP_NS) {
+        return None;
+    }
+    for (i, e) in batch.iter().enumerate() {
+        if e.ts_ns > prev.saturating_add(LEAP_NS) {
+            return Some(i);
+        }
+        prev = prev.max(e.ts_ns);
+    }
+    None
+}
+
 /// What to do with a batch (see [`ClockScreen::screen`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Screened {
@@ -34,6 +148,8 @@ pub enum Screened {
     Part(Range<usize>),
     /// The clock jumped back: restart the target, then ingest the whole batch.
     Restart,
+    /// The clock jumped ahead (confirmed): ingest the whole batch, held for no leap.
+    Jump,
 }
 
 /// Per target: the run of records seen beyond the bound, by side.
@@ -89,7 +205,7 @@ impl ClockScreen {
         if back {
             Screened::Restart
         } else {
-            Screened::All
+            Screened::Jump
         }
     }
 }
@@ -145,8 +261,92 @@ mod tests {
             s.screen(&at(&later), Some(now), &mut out),
             Screened::Part(0..0)
         );
-        assert_eq!(s.screen(&at(&later), Some(now), &mut out), Screened::All);
+        assert_eq!(s.screen(&at(&later), Some(now), &mut out), Screened::Jump);
         assert_eq!(out, 80, "the confirming batch is not an outlier");
+    }
+
+    const S: u64 = 1_000_000_000;
+
+    fn ts(events: &[SyscallEvent]) -> Vec<u64> {
+        events.iter().map(|e| e.ts_ns).collect()
+    }
+
+    #[test]
+    fn a_leap_is_held_until_the_next_batch_confirms_it() {
+        let mut h = LeapHold::default();
+        let mut out = 0;
+        let now = 100 * S;
+        // Within a second of the clock and of each other: nothing held.
+        let near = at(&[now + 1, now + S, now + 2 * S - 1]);
+        assert_eq!(ts(&h.pass(&near, Some(now), &mut out)), ts(&near));
+        assert!(h.is_empty());
+        // A batch whose last records come 30 s later: those are held.
+        let b = at(&[now + 10, now + 20, now + 30 * S, now + 30 * S + 5]);
+        assert_eq!(
+            ts(&h.pass(&b, Some(now), &mut out)),
+            vec![now + 10, now + 20]
+        );
+        assert!(!h.is_empty() && h.bytes() >= 2 * std::mem::size_of::<SyscallEvent>());
+        // The stream goes on from there: they come first, in time order.
+        let next = at(&[now + 30 * S - S / 2, now + 30 * S + 7]);
+        assert_eq!(
+            ts(&h.pass(&next, Some(now + 20), &mut out)),
+            vec![
+                now + 30 * S - S / 2,
+                now + 30 * S,
+                now + 30 * S + 5,
+                now + 30 * S + 7
+            ]
+        );
+        assert!(h.is_empty());
+        assert_eq!(out, 0);
+    }
+
+    #[test]
+    fn a_leap_the_stream_does_not_follow_is_left_out_and_counted() {
+        let mut h = LeapHold::default();
+        let mut out = 0;
+        let now = 100 * S;
+        let wild = at(&[now + 5, now + 600 * S]);
+        assert_eq!(ts(&h.pass(&wild, Some(now), &mut out)), vec![now + 5]);
+        // The next batch stays near the old clock: the wild record was noise.
+        let next = at(&[now + 10, now + 20]);
+        assert_eq!(ts(&h.pass(&next, Some(now + 5), &mut out)), ts(&next));
+        assert!(h.is_empty());
+        assert_eq!(out, 1);
+        // An empty batch decides nothing.
+        let _ = h.pass(&wild, Some(now + 20), &mut out);
+        assert_eq!(
+            ts(&h.pass(&[], Some(now + 20), &mut out)),
+            Vec::<u64>::new()
+        );
+        assert!(!h.is_empty());
+        // A time from outside the stream confirms it only once it reaches the record.
+        assert!(h.confirmed_by(now + 500 * S).is_none());
+        assert_eq!(
+            h.confirmed_by(now + 599 * S + 1).map(|v| ts(&v)),
+            Some(vec![now + 600 * S])
+        );
+        // At the end of the stream what is held is counted.
+        let _ = h.pass(&wild, Some(now + 20), &mut out);
+        h.drop_held(&mut out);
+        assert!(h.is_empty());
+        assert_eq!(out, 2);
+    }
+
+    #[test]
+    fn many_records_past_a_leap_confirm_it_at_once() {
+        let mut h = LeapHold::default();
+        let mut out = 0;
+        let now = 100 * S;
+        let resumed: Vec<u64> = (0..JUMP_CONFIRM_EVENTS).map(|i| now + 60 * S + i).collect();
+        let b = at(&resumed);
+        assert_eq!(ts(&h.pass(&b, Some(now), &mut out)), resumed);
+        assert!(h.is_empty());
+        // Without a clock the first record starts it.
+        let first = at(&[now, now + 1]);
+        assert_eq!(ts(&h.pass(&first, None, &mut out)), vec![now, now + 1]);
+        assert_eq!(out, 0);
     }
 
     #[test]

@@ -139,7 +139,7 @@ impl Engine {
     /// target's processes (see [`Stillness`]), until a record at or past the moved clock.
     pub fn advance(&mut self, target: &str, now_ns: u64, still: Stillness) {
         if let Some(t) = self.targets.get_mut(target) {
-            let due = t.advance(now_ns, still, &self.counters);
+            let due = t.advance(now_ns, still, &mut self.counters);
             self.pending.extend(due);
         }
     }
@@ -155,7 +155,10 @@ impl Engine {
 
     /// On-demand diagnosis: an external alarm says `target` became slow at `at_ns`.
     pub fn trigger(&mut self, target: &str, at_ns: u64) -> Option<Report> {
-        let t = self.targets.get(target)?;
+        let t = self.targets.get_mut(target)?;
+        // The alarm's time confirms records held for a leap up to it (see `LeapHold`).
+        let due = t.confirm_held(at_ns, &mut self.counters);
+        self.pending.extend(due);
         Some(t.trigger(at_ns, &self.counters))
     }
 
@@ -167,6 +170,9 @@ impl Engine {
     /// End of stream: evaluates what is pending and returns the final reports.
     pub fn finish(&mut self) -> Vec<Report> {
         let mut out = std::mem::take(&mut self.pending);
+        for t in self.targets.values_mut() {
+            t.drop_held(&mut self.counters);
+        }
         let mut names: Vec<&String> = self.targets.keys().collect();
         names.sort();
         for n in names {
@@ -180,9 +186,12 @@ impl Engine {
     /// Calibration on a stream recorded under a known external fault starting at
     /// `fault_start_ns` (or the detected onset when `None`).
     pub fn calibrate(&mut self, target: &str, fault_start_ns: Option<u64>) -> Option<Calibration> {
-        self.targets
-            .get(target)?
-            .calibrate(fault_start_ns, &self.counters)
+        let t = self.targets.get_mut(target)?;
+        if let Some(at) = fault_start_ns {
+            let due = t.confirm_held(at, &mut self.counters);
+            self.pending.extend(due);
+        }
+        t.calibrate(fault_start_ns, &self.counters)
     }
 
     /// Pairing and bounding counters since start.

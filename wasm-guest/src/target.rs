@@ -39,7 +39,7 @@
 //! probability 1 − e^{−d}; with the defaults (w = 16,384, d = 4) that is < 0.02 % of
 //! the epoch's overflowed calls, 98 % of the time.
 
-use crate::clock_screen::{ClockScreen, Screened, MAX_CLOCK_JUMP_NS};
+use crate::clock_screen::{ClockScreen, LeapHold, Screened, MAX_CLOCK_JUMP_NS};
 use crate::cpu_time::{
     Burner, BurnerTest, Left, NeighbourTest, NextTask, PagingTest, SaturationTest, Switches,
     ThrottleTest,
@@ -310,6 +310,8 @@ pub struct Target {
     loss_ns: u64,
     /// Guards the clock against records stamped far from it.
     screen: ClockScreen,
+    /// Records that leapt past the clock, until the stream confirms them.
+    leap: LeapHold,
     /// Where the next eviction's sample starts (see `new_thread`).
     evict_hand: usize,
     /// Counter totals for the vital signs, from the first counters on (boxed: a source
@@ -361,6 +363,7 @@ impl Target {
             bin_cache: EMPTY_BIN,
             loss_ns: 0,
             screen: ClockScreen::default(),
+            leap: LeapHold::default(),
             evict_hand: 0,
             signs: None,
             still: Stillness::Unknown,
@@ -423,8 +426,8 @@ impl Target {
     }
 
     /// Feeds one time-ordered batch; returns the cadence reports that became due.
-    /// Records far from the target's clock are screened out first (see
-    /// [`crate::clock_screen`]).
+    /// Records far from the target's clock are screened out first, and records that leapt
+    /// past it are held until the stream confirms them (see [`crate::clock_screen`]).
     pub fn ingest(&mut self, events: &[SyscallEvent], c: &mut EngineCounters) -> Vec<Report> {
         // A batch of TCP segment records alone comes from a sampler of its own, which
         // reads the counters as they are now while the calls' source hands its records
@@ -442,15 +445,45 @@ impl Target {
             return Vec::new();
         }
         let clock = self.first_ns.map(|_| self.now_ns);
-        match self.screen.screen(events, clock, &mut c.clock_outliers) {
-            Screened::All => self.ingest_ending_near(events, c),
-            Screened::Part(r) => self.ingest_ending_near(events.get(r).unwrap_or(&[]), c),
+        let near = match self.screen.screen(events, clock, &mut c.clock_outliers) {
+            Screened::All => events,
+            Screened::Part(r) => events.get(r).unwrap_or(&[]),
             Screened::Restart => {
+                // (What was held for a leap goes with the rest of the old time's state.)
                 c.clock_resets += 1;
                 *self = Target::new(&self.name, self.params.clone());
-                self.ingest_ending_near(events, c)
+                events
             }
+            Screened::Jump => {
+                // The records before this batch confirmed the jump. What was held for a
+                // leap came before it, in the old time.
+                let mut due = match self.leap.confirmed_by(u64::MAX) {
+                    Some(held) => self.ingest_ending_near(&held, c),
+                    None => Vec::new(),
+                };
+                due.extend(self.ingest_ending_near(events, c));
+                return due;
+            }
+        };
+        let clock = self.first_ns.map(|_| self.now_ns);
+        let now = self.leap.pass(near, clock, &mut c.clock_outliers);
+        self.ingest_ending_near(&now, c)
+    }
+
+    /// Ingests the records held for a leap past the clock (see [`LeapHold`]) when a time
+    /// from outside the stream reached them (the host's clock, an alarm); returns the
+    /// cadence reports that became due.
+    pub fn confirm_held(&mut self, at_ns: u64, c: &mut EngineCounters) -> Vec<Report> {
+        match self.leap.confirmed_by(at_ns) {
+            Some(held) => self.ingest_ending_near(&held, c),
+            None => Vec::new(),
         }
+    }
+
+    /// Drops the records held for a leap past the clock (see [`LeapHold`]), counted as
+    /// clock outliers: at the end of the stream nothing can confirm them.
+    pub fn drop_held(&mut self, c: &mut EngineCounters) {
+        self.leap.drop_held(&mut c.clock_outliers);
     }
 
     /// [`Target::ingest_near`] of the records whose calls also end near the clock: the
@@ -620,11 +653,18 @@ impl Target {
     /// would be screened out as outliers), and only once the target has a record.
     /// `still`: what the host saw of the target's processes, which holds until a record
     /// at or past the moved clock (late records were made before the silence).
-    pub fn advance(&mut self, now_ns: u64, still: Stillness, c: &EngineCounters) -> Vec<Report> {
+    pub fn advance(
+        &mut self,
+        now_ns: u64,
+        still: Stillness,
+        c: &mut EngineCounters,
+    ) -> Vec<Report> {
         let mut due = Vec::new();
         if self.first_ns.is_none() {
             return due;
         }
+        // The host's clock reached records held for a leap: the silence was real.
+        due = self.confirm_held(now_ns, c);
         self.still = still;
         if now_ns <= self.now_ns {
             return due;
@@ -2723,6 +2763,7 @@ impl Target {
             + self.activity_events.capacity() * 8
             + self.overflow.as_ref().map_or(0, EpochSketch::bytes)
             + self.overflow_ids.capacity() * 8
+            + self.leap.bytes()
             + self
                 .signs
                 .as_ref()

@@ -2,7 +2,7 @@
 //! clock that really jumped) neither stop its reports nor unpair its calls.
 
 use faultline_engine::clock_screen::{JUMP_CONFIRM_EVENTS, MAX_CLOCK_JUMP_NS};
-use faultline_engine::report::Report;
+use faultline_engine::report::{Report, Verdict};
 use faultline_engine::synth::{generate, EventShape, StreamSpec};
 use faultline_engine::{Engine, Params, SyscallEvent, SyscallId};
 
@@ -86,6 +86,65 @@ fn a_clock_that_jumped_is_followed_once_confirmed() {
             "reports go on in the new time: last window ends at {last_end}, jump to {later}"
         );
     }
+}
+
+/// A healthy 32-thread stream of 300 s (every thread ~200 calls/s).
+fn busy(start_ns: u64) -> Vec<SyscallEvent> {
+    generate(&StreamSpec {
+        threads: 32,
+        syscall_types: 24,
+        seconds: 300.0,
+        calls_per_thread_per_second: 200.0,
+        seed: 15,
+        start_ns,
+        ..StreamSpec::default()
+    })
+    .collect()
+}
+
+#[test]
+fn one_record_stamped_seconds_to_minutes_ahead_moves_no_clock() {
+    let events = busy(1_000_000_000_000);
+    let (clean, _) = run(events.chunks(4096));
+    assert!(
+        clean.len() >= 25,
+        "a report per cadence tick: {}",
+        clean.len()
+    );
+    assert!(clean.iter().all(|r| r.verdict == Verdict::None));
+    // One copy of a call, 60 s into the stream, stamped later. Taken as the clock, it
+    // made the reports until the data caught up describe seconds no record covered yet
+    // (10 s ahead: 1 of 29 raised a verdict; 120 s: 8), or left the rest of the stream
+    // without reports (20 min: none after 60 s).
+    let at = events.partition_point(|e| e.ts_ns < events[0].ts_ns + 60_000_000_000);
+    for ahead_s in [10u64, 120, 1_200] {
+        let mut wild = events[at];
+        wild.ts_ns += ahead_s * 1_000_000_000;
+        let mut stream = events.clone();
+        stream.insert(at + 1, wild);
+        let (reports, e) = run(stream.chunks(4096));
+        assert_eq!(reports, clean, "{ahead_s} s ahead: the same reports");
+        assert_eq!(e.counters().clock_outliers, 1, "{ahead_s} s ahead");
+    }
+}
+
+#[test]
+fn a_stream_that_resumes_after_a_silence_loses_nothing() {
+    let start = 1_000_000_000_000;
+    let mut events = healthy(start, 40.0);
+    // 30 s without a record, then 40 s more.
+    events.extend(healthy(start + 70_000_000_000, 40.0));
+    let cut = events.partition_point(|e| e.ts_ns < start + 60_000_000_000);
+    let (whole, e) = run(events.chunks(4096));
+    // Small batches after the silence: the first is held until the second confirms it.
+    let (before, after) = events.split_at(cut);
+    let (held, h) = run(before.chunks(4096).chain(after.chunks(50)));
+    assert_eq!(held, whole, "the same reports");
+    assert_eq!(h.counters().calls, e.counters().calls);
+    assert_eq!(h.counters().clock_outliers, 0);
+    assert!(whole
+        .iter()
+        .any(|r| r.window_end_ns > start + 100_000_000_000));
 }
 
 #[test]
