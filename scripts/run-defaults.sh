@@ -5,4 +5,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/setup.sh
 cargo build --release -p faultline
-exec target/release/faultline run "$@"
+exec "${CARGO_TARGET_DIR:-target}/release/faultline" run "$@"

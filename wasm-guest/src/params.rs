@@ -125,12 +125,13 @@ pub struct Params {
     /// kept every control clean, see integration-tests/RESULTS.md). 0 counts every outlier.
     pub min_persistence: f64,
     /// Share of the `persistence_seconds` after its onset that a thread must have lost to
-    /// slower calls and longer gaps (their excess over the baseline means) for an
-    /// execution-time outlier to count: a few calls of 1–2 ms among calls of 30 µs can
-    /// keep a thread's moving averages outlying for seconds while it loses 0.2 % of its
-    /// time (measured: a fault-free PostgreSQL run in CI whose `sendto` blipped on two
-    /// backends read internal; the victims of real faults lost 0.3–20 %). Outliers of
-    /// call frequency and stopped threads are not held to it. 0 switches it off.
+    /// slower calls and longer gaps (their excess over the baseline means) for an outlier
+    /// of execution time or of the gap between calls to count: a few calls of 1–2 ms
+    /// among calls of 30 µs can keep a thread's moving averages outlying for seconds while
+    /// it loses 0.2 % of its time (measured: a fault-free PostgreSQL run in CI whose
+    /// `sendto` blipped on two backends read internal; the victims of real faults lost
+    /// 0.6–100 %, but for one MariaDB thread under a memory cap at 0.3 %). Outliers of call
+    /// frequency and stopped threads are not held to it. 0 switches it off.
     pub min_lost_share: f64,
     /// A thread that was not busy right after the onset (not in τ's population by
     /// `min_active_calls`) but shows a lasting outlier within its first this-many calls

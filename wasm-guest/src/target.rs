@@ -1123,7 +1123,7 @@ impl Target {
         if outlying {
             th.outlying.mark(bin);
             if lost > 0.0 {
-                th.add_lost(bin, lost);
+                th.add_lost(bin, lost / d.bin_ns as f32);
             }
         }
         // 4. A call of a kind with a baseline that stayed stuck as long as an open one
@@ -2268,7 +2268,7 @@ impl Target {
     fn lost_share(&self, t: &Thread, from: u64, to: u64) -> f64 {
         let d = &self.d;
         let end = from.saturating_add(d.persistence_ns).min(to);
-        t.lost_ns(from / d.bin_ns, end / d.bin_ns) as f64 / d.persistence_ns.max(1) as f64
+        t.lost(from / d.bin_ns, end / d.bin_ns) * d.bin_ns as f64 / d.persistence_ns.max(1) as f64
     }
 
     /// The threads that burned a CPU right after the onset `t0` (see

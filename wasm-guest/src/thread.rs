@@ -580,8 +580,9 @@ impl CallBins {
 }
 
 /// Time a thread lost to outliers per bin: the excess of each outlying moving average of
-/// an execution time or of the gap between calls over its baseline mean, in µs
-/// (saturating at ~65 ms a bin, far above what tells a fault from a blip).
+/// an execution time or of the gap between calls over its baseline mean, as a share of
+/// the bin (in 1/65,535ths, saturating at the whole bin: a thread cannot lose more time
+/// than passed; ~2.7 µs a part with the default 90 s window).
 ///
 /// Why: a brief network hiccup can keep a thread's `sendto` moving averages above their
 /// baseline for seconds (a few calls of 1–2 ms among calls of 30 µs), which the outlier
@@ -591,33 +592,36 @@ impl CallBins {
 #[derive(Clone, Debug)]
 pub struct LostBins {
     latest: u64,
-    us: [u16; 256],
+    parts: [u16; 256],
 }
+
+/// Parts of a bin in a [`LostBins`] count.
+const LOST_PARTS: f32 = u16::MAX as f32;
 
 impl Default for LostBins {
     fn default() -> Self {
         Self {
             latest: 0,
-            us: [0; 256],
+            parts: [0; 256],
         }
     }
 }
 
 impl LostBins {
-    /// Adds `ns` (rounded to µs) to `bin`; bins older than the ring are ignored.
-    pub fn add(&mut self, bin: u64, ns: f32) {
-        if !ring_seek(&mut self.us, &mut self.latest, bin) {
+    /// Adds `share` of a bin's time to `bin`; bins older than the ring are ignored.
+    pub fn add(&mut self, bin: u64, share: f32) {
+        if !ring_seek(&mut self.parts, &mut self.latest, bin) {
             return;
         }
-        let us = (ns / 1000.0).round().clamp(0.0, f32::from(u16::MAX)) as u16;
-        if let Some(c) = self.us.get_mut((bin % RING_BINS) as usize) {
-            *c = c.saturating_add(us);
+        let parts = (share * LOST_PARTS).round().clamp(0.0, LOST_PARTS) as u16;
+        if let Some(c) = self.parts.get_mut((bin % RING_BINS) as usize) {
+            *c = c.saturating_add(parts);
         }
     }
 
-    /// Nanoseconds lost in bins `[lo, hi]`.
-    pub fn sum_ns(&self, lo: u64, hi: u64) -> u64 {
-        ring_sum(&self.us, self.latest, lo, hi, 0) * 1000
+    /// Bins' worth of time lost in bins `[lo, hi]`.
+    pub fn sum(&self, lo: u64, hi: u64) -> f64 {
+        ring_sum(&self.parts, self.latest, lo, hi, 0) as f64 / f64::from(LOST_PARTS)
     }
 }
 
@@ -1184,14 +1188,14 @@ impl Thread {
                 .map_or(0, |_| std::mem::size_of::<LostBins>())
     }
 
-    /// Adds `ns` of time lost to an outlier in `bin`.
-    pub fn add_lost(&mut self, bin: u64, ns: f32) {
-        self.lost.get_or_insert_with(Box::default).add(bin, ns);
+    /// Adds `share` of a bin's time lost to an outlier in `bin`.
+    pub fn add_lost(&mut self, bin: u64, share: f32) {
+        self.lost.get_or_insert_with(Box::default).add(bin, share);
     }
 
-    /// Time lost to outliers in bins `[lo, hi]`, in nanoseconds.
-    pub fn lost_ns(&self, lo: u64, hi: u64) -> u64 {
-        self.lost.as_ref().map_or(0, |l| l.sum_ns(lo, hi))
+    /// Bins' worth of time lost to outliers in bins `[lo, hi]`.
+    pub fn lost(&self, lo: u64, hi: u64) -> f64 {
+        self.lost.as_ref().map_or(0.0, |l| l.sum(lo, hi))
     }
 }
 
@@ -1202,23 +1206,25 @@ mod tests {
     #[test]
     fn lost_time_is_summed_per_bin_and_forgotten_with_the_ring() {
         let mut t = Thread::default();
-        assert_eq!(t.lost_ns(0, 1000), 0);
-        t.add_lost(10, 1_400.0);
-        t.add_lost(10, 2_000.0);
-        t.add_lost(12, 40_000.0);
-        // Rounded to µs per addition.
-        assert_eq!(t.lost_ns(10, 10), 3_000);
-        assert_eq!(t.lost_ns(10, 12), 43_000);
-        assert_eq!(t.lost_ns(11, 11), 0);
-        // Saturates instead of wrapping; a negative excess adds nothing.
-        t.add_lost(20, 1e12);
-        t.add_lost(20, -5e6);
-        assert_eq!(t.lost_ns(20, 20), u64::from(u16::MAX) * 1000);
+        let part = 1.0 / f64::from(LOST_PARTS);
+        assert_eq!(t.lost(0, 1000), 0.0);
+        t.add_lost(10, 0.25);
+        t.add_lost(10, 0.125);
+        t.add_lost(12, 0.5);
+        let near = |x: f64, want: f64| (x - want).abs() <= 2.0 * part;
+        assert!(near(t.lost(10, 10), 0.375), "{}", t.lost(10, 10));
+        assert!(near(t.lost(10, 12), 0.875));
+        assert_eq!(t.lost(11, 11), 0.0);
+        // A bin holds at most its own time; a negative excess adds nothing.
+        t.add_lost(20, 0.75);
+        t.add_lost(20, 0.75);
+        t.add_lost(20, -3.0);
+        assert_eq!(t.lost(20, 20), 1.0);
         // A bin a whole ring later clears what it passes; older bins are not counted.
-        t.add_lost(20 + RING_BINS, 7_000.0);
-        assert_eq!(t.lost_ns(0, 20 + RING_BINS), 7_000);
-        t.add_lost(20, 1_000.0);
-        assert_eq!(t.lost_ns(0, 20 + RING_BINS), 7_000);
+        t.add_lost(20 + RING_BINS, 0.5);
+        assert!(near(t.lost(0, 20 + RING_BINS), 0.5));
+        t.add_lost(20, 0.25);
+        assert!(near(t.lost(0, 20 + RING_BINS), 0.5));
         assert!(t.bytes() >= std::mem::size_of::<Thread>() + std::mem::size_of::<LostBins>());
     }
 

@@ -318,6 +318,14 @@ fn render_text(t: &TargetAnalysis, out: &mut String) {
     }
 }
 
+/// Median and largest `lost_share` of the listed affected threads: what the fault cost
+/// them, which τ and Ω do not say.
+fn lost_shares(d: &Report) -> Option<(f64, f64)> {
+    let mut v: Vec<f64> = d.affected_threads.iter().map(|t| t.lost_share).collect();
+    v.sort_by(f64::total_cmp);
+    Some((*v.get(v.len() / 2)?, *v.last()?))
+}
+
 fn render_diagnosis(d: &Report, out: &mut String) {
     let onset = d
         .anomaly_onset_ns
@@ -354,6 +362,16 @@ fn render_diagnosis(d: &Report, out: &mut String) {
         d.onset_times_seconds.p90,
         d.onset_times_seconds.max
     );
+    if let Some((p50, max)) = lost_shares(d) {
+        let _ = writeln!(
+            out,
+            "  time lost    p50 {:.1} %, max {:.1} % of an affected thread's time \
+             (in the {} s after its onset)",
+            p50 * 100.0,
+            max * 100.0,
+            d.parameters.persistence_seconds
+        );
+    }
     let _ = writeln!(out, "  by time      {}", ranked(&d.top_syscalls_by_time));
     let _ = writeln!(
         out,
@@ -362,4 +380,53 @@ fn render_diagnosis(d: &Report, out: &mut String) {
     );
     let _ = writeln!(out, "  subsystem    {}", d.subsystem.as_str());
     let _ = writeln!(out, "  hint         {}", d.hint);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use faultline_engine::synth::{generate, FaultSpec, StreamSpec};
+    use faultline_engine::{Engine, Params, SyscallEvent};
+
+    #[test]
+    fn a_diagnosis_says_what_the_fault_cost_its_threads() {
+        let spec = StreamSpec {
+            threads: 16,
+            syscall_types: 12,
+            seconds: 50.0,
+            calls_per_thread_per_second: 200.0,
+            fault: Some(FaultSpec {
+                start_seconds: 40.0,
+                affected_fraction: 1.0,
+                onset_spread_seconds: 0.05,
+                duration_multiplier: 8.0,
+                ..FaultSpec::default()
+            }),
+            ..StreamSpec::default()
+        };
+        let events: Vec<SyscallEvent> = generate(&spec).collect();
+        let mut engine = Engine::new(Params::default()).expect("valid");
+        engine.ingest("svc", &events);
+        let r = engine
+            .trigger("svc", spec.start_ns + 40_000_000_000)
+            .expect("report");
+        let (p50, max) = lost_shares(&r).expect("affected threads");
+        assert!(0.0 < p50 && p50 <= max && max <= 1.0, "{p50} {max}");
+        let mut out = String::new();
+        render_diagnosis(&r, &mut out);
+        let line = format!(
+            "  time lost    p50 {:.1} %, max {:.1} %",
+            p50 * 100.0,
+            max * 100.0
+        );
+        assert!(out.contains(&line), "{out}");
+        // Nothing affected, nothing lost: no line.
+        let quiet = Report {
+            affected_threads: Vec::new(),
+            ..r
+        };
+        out.clear();
+        render_diagnosis(&quiet, &mut out);
+        assert!(!out.contains("time lost"), "{out}");
+    }
 }
