@@ -113,6 +113,11 @@ fn report(target: &str, verdict: Verdict, tau: f64) -> Report {
         "impact_factor_filtered": null,
         "onset_dispersion_seconds": 0.25,
         "threads": {"total": 8, "affected": 6, "directly_affected": 5},
+        "affected_threads": [
+            {"tid": 11, "onset_seconds": 0.1, "syscall": "futex", "channel": "time", "lost_share": 0.5},
+            {"tid": 12, "onset_seconds": 0.2, "syscall": "futex", "channel": "time", "lost_share": 0.125},
+            {"tid": 13, "onset_seconds": 0.3, "syscall": "read", "channel": "time", "lost_share": 0.25}
+        ],
         "onset_times_seconds": serde_json::to_value(OnsetDistribution::default()).unwrap(),
         "top_syscalls_by_time": [
             {"syscall": "futex", "increase_ratio": 2.5, "subsystem": "locking"},
@@ -273,6 +278,11 @@ async fn push_and_check(protocol: OtlpProtocol) {
     );
     assert_eq!(
         last_point(&captured, "faultline_onset_dispersion_seconds", &db),
+        Some(0.25)
+    );
+    // The median of the affected threads' lost shares.
+    assert_eq!(
+        last_point(&captured, "faultline_time_lost_ratio", &db),
         Some(0.25)
     );
     assert_eq!(

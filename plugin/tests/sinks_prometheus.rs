@@ -44,6 +44,11 @@ fn report(target: &str, verdict: Verdict, by_time: &[(&str, f64)]) -> Report {
         "impact_factor_filtered": null,
         "onset_dispersion_seconds": 0.125,
         "threads": ThreadCounts { total: 40, affected: 39, directly_affected: 38 },
+        "affected_threads": [
+            {"tid": 11, "onset_seconds": 0.1, "syscall": "read", "channel": "time", "lost_share": 0.5},
+            {"tid": 12, "onset_seconds": 0.2, "syscall": "read", "channel": "time", "lost_share": 0.125},
+            {"tid": 13, "onset_seconds": 0.3, "syscall": "write", "channel": "time", "lost_share": 0.25}
+        ],
         "onset_times_seconds": OnsetDistribution::default(),
         "top_syscalls_by_time": ranked(by_time),
         "top_syscalls_by_frequency": ranked(&[("read", 0.5), ("write", 0.25)]),
@@ -137,6 +142,11 @@ fn reports_become_capped_series_and_stale_rankings_disappear() {
     assert_eq!(
         sample(&text, r#"faultline_onset_dispersion_seconds{target="db"}"#),
         Some(0.125)
+    );
+    // The median of the affected threads' lost shares.
+    assert_eq!(
+        sample(&text, r#"faultline_time_lost_ratio{target="db"}"#),
+        Some(0.25)
     );
     // A report without `silent_seconds` (the target makes calls) exports 0.
     assert_eq!(

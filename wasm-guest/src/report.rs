@@ -440,6 +440,14 @@ pub fn tidy(x: f64) -> f64 {
 }
 
 impl Report {
+    /// Median and largest `lost_share` of the listed affected threads (`None` when none is
+    /// listed): what the fault cost them, which τ and Ω do not say.
+    pub fn time_lost(&self) -> Option<(f64, f64)> {
+        let mut v: Vec<f64> = self.affected_threads.iter().map(|t| t.lost_share).collect();
+        v.sort_by(f64::total_cmp);
+        Some((*v.get(v.len() / 2)?, *v.last()?))
+    }
+
     /// Applies [`tidy`] to every float of the report.
     pub fn tidy(&mut self) {
         self.impact_factor = tidy(self.impact_factor);
@@ -463,6 +471,7 @@ impl Report {
         self.cpu_gap_increase_ratio = self.cpu_gap_increase_ratio.map(tidy);
         for a in &mut self.affected_threads {
             a.onset_seconds = tidy(a.onset_seconds);
+            a.lost_share = tidy(a.lost_share);
         }
         for b in &mut self.cpu_burners {
             b.share_before = tidy(b.share_before);

@@ -318,14 +318,6 @@ fn render_text(t: &TargetAnalysis, out: &mut String) {
     }
 }
 
-/// Median and largest `lost_share` of the listed affected threads: what the fault cost
-/// them, which τ and Ω do not say.
-fn lost_shares(d: &Report) -> Option<(f64, f64)> {
-    let mut v: Vec<f64> = d.affected_threads.iter().map(|t| t.lost_share).collect();
-    v.sort_by(f64::total_cmp);
-    Some((*v.get(v.len() / 2)?, *v.last()?))
-}
-
 fn render_diagnosis(d: &Report, out: &mut String) {
     let onset = d
         .anomaly_onset_ns
@@ -362,7 +354,7 @@ fn render_diagnosis(d: &Report, out: &mut String) {
         d.onset_times_seconds.p90,
         d.onset_times_seconds.max
     );
-    if let Some((p50, max)) = lost_shares(d) {
+    if let Some((p50, max)) = d.time_lost() {
         let _ = writeln!(
             out,
             "  time lost    p50 {:.1} %, max {:.1} % of an affected thread's time \
@@ -410,7 +402,7 @@ mod tests {
         let r = engine
             .trigger("svc", spec.start_ns + 40_000_000_000)
             .expect("report");
-        let (p50, max) = lost_shares(&r).expect("affected threads");
+        let (p50, max) = r.time_lost().expect("affected threads");
         assert!(0.0 < p50 && p50 <= max && max <= 1.0, "{p50} {max}");
         let mut out = String::new();
         render_diagnosis(&r, &mut out);

@@ -12,6 +12,8 @@ pub const TARGETS: &str = "faultline_targets";
 pub const IMPACT_FACTOR: &str = "faultline_impact_factor_ratio";
 pub const IMPACT_FACTOR_FILTERED: &str = "faultline_impact_factor_filtered_ratio";
 pub const ONSET_DISPERSION: &str = "faultline_onset_dispersion_seconds";
+/// Gauge, per target: the median share of their time the affected threads lost.
+pub const TIME_LOST: &str = "faultline_time_lost_ratio";
 pub const ANOMALY_ONSET: &str = "faultline_anomaly_onset_timestamp_seconds";
 pub const LAST_REPORT: &str = "faultline_last_report_timestamp_seconds";
 /// Gauge, per target: seconds from its latest record to its last report's window end.

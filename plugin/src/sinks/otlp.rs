@@ -111,6 +111,8 @@ struct TargetSnapshot {
     impact_factor: f64,
     impact_factor_filtered: Option<f64>,
     onset_dispersion_seconds: f64,
+    /// Median lost share of the affected threads (none listed: no point).
+    time_lost: Option<f64>,
     anomaly_onset_seconds: Option<f64>,
     /// Unix time (wall clock) at which the report was published to this sink.
     last_report_unix_seconds: f64,
@@ -558,6 +560,7 @@ fn snapshot(report: &Report, max_syscalls: usize, reports: [u64; 3]) -> TargetSn
         impact_factor: report.impact_factor,
         impact_factor_filtered: report.impact_factor_filtered,
         onset_dispersion_seconds: report.onset_dispersion_seconds,
+        time_lost: report.time_lost().map(|(p50, _)| p50),
         anomaly_onset_seconds: report.anomaly_onset_ns.map(|ns| ns as f64 / 1e9),
         last_report_unix_seconds: SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -664,6 +667,13 @@ fn register_instruments(meter: &Meter, state: &Arc<Mutex<SinkState>>, telemetry:
         names::ONSET_DISPERSION,
         "Onset dispersion Ω of the last report",
         |s| vec![(vec![], s.onset_dispersion_seconds)],
+    );
+    target_gauge(
+        meter,
+        state,
+        names::TIME_LOST,
+        "Median share of their time the affected threads lost in the last report",
+        |s| s.time_lost.map(|t| (vec![], t)).into_iter().collect(),
     );
     target_gauge(
         meter,

@@ -48,6 +48,8 @@ struct TargetSeries {
     impact_factor: f64,
     impact_factor_filtered: Option<f64>,
     onset_dispersion_seconds: f64,
+    /// Median lost share of the affected threads (none listed: no series).
+    time_lost: Option<f64>,
     verdict: Verdict,
     subsystem: Subsystem,
     /// The report's hint, cut to [`MAX_HINT_CHARS`] (it becomes a label value).
@@ -223,6 +225,7 @@ impl PrometheusSink {
             impact_factor: r.impact_factor,
             impact_factor_filtered: r.impact_factor_filtered,
             onset_dispersion_seconds: r.onset_dispersion_seconds,
+            time_lost: r.time_lost().map(|(p50, _)| p50),
             verdict: r.verdict,
             subsystem: r.subsystem,
             hint: names::hint_label(&r.hint),
@@ -359,6 +362,12 @@ impl Collector for SeriesCollector {
             names::ONSET_DISPERSION,
             "Onset dispersion Ω: standard deviation of fault onset times over affected threads",
             per(|s| Some(s.onset_dispersion_seconds)),
+        )?;
+        gauges(
+            &mut enc,
+            names::TIME_LOST,
+            "Median share of their time the affected threads lost to slower calls and longer gaps, in the persistence window after their onsets (absent without affected threads)",
+            per(|s| s.time_lost),
         )?;
         gauges(
             &mut enc,
