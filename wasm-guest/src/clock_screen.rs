@@ -115,6 +115,11 @@ impl LeapHold {
         }
     }
 
+    /// Everything held, unconditionally (a confirmed jump of the clock came after it).
+    pub fn take(&mut self) -> Vec<SyscallEvent> {
+        std::mem::take(&mut self.held)
+    }
+
     /// Drops what is held (the stream ended, or the target restarted), counting it.
     pub fn drop_held(&mut self, outliers: &mut u64) {
         *outliers += self.held.len() as u64;

@@ -17,9 +17,10 @@
 //! Memory bound per target: `max_threads` × (`size_of::<Thread>` (960 B) +
 //! `max_syscalls_per_thread` × (`size_of::<Chan>` + `size_of::<ChanCold>` (128 + 152 B, and
 //! 8·k bytes of slab rings when k > [`INLINE_RING`]) + episodes
-//! (≤ 8 × 96 B) + 520 B of lost-time bins once it had an outlier) + the pooled baselines and activity ring (a few hundred KiB). With the
-//! defaults and 10,000 threads each using all 16 channels that is ≈ 10,000 × (0.94 +
-//! 16 × 0.27 + 0.51) KiB ≈ 56 MiB; a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
+//! (≤ 8 × 96 B) + 520 B of lost-time bins once it had an outlier) + the pooled
+//! baselines and activity ring (a few hundred KiB). With the defaults and 10,000 threads
+//! each using all 16 channels that is ≈ 10,000 × (0.94 + 16 × 0.27 + 0.51) KiB ≈ 56 MiB;
+//! a typical thread uses 5–10 syscalls (≈ 2–3 KiB).
 //! [`Target::bytes`] reports the actual capacities.
 //!
 //! A channel is not held for good: once every channel of a thread is taken, a syscall
@@ -457,10 +458,8 @@ impl Target {
             Screened::Jump => {
                 // The records before this batch confirmed the jump. What was held for a
                 // leap came before it, in the old time.
-                let mut due = match self.leap.confirmed_by(u64::MAX) {
-                    Some(held) => self.ingest_ending_near(&held, c),
-                    None => Vec::new(),
-                };
+                let held = self.leap.take();
+                let mut due = self.ingest_ending_near(&held, c);
                 due.extend(self.ingest_ending_near(events, c));
                 return due;
             }
@@ -659,12 +658,11 @@ impl Target {
         still: Stillness,
         c: &mut EngineCounters,
     ) -> Vec<Report> {
-        let mut due = Vec::new();
         if self.first_ns.is_none() {
-            return due;
+            return Vec::new();
         }
         // The host's clock reached records held for a leap: the silence was real.
-        due = self.confirm_held(now_ns, c);
+        let mut due = self.confirm_held(now_ns, c);
         self.still = still;
         if now_ns <= self.now_ns {
             return due;
@@ -1445,11 +1443,13 @@ impl Target {
                 let stopped = stuck.is_some() || e.stall;
                 // A lasting outlier of execution time or gaps must also have cost the
                 // thread time (see `min_lost_share`); a higher call rate costs none.
-                let costly = stopped
-                    || e.frequency
-                    || self.lost_share(t, e.alarm_ns, to) >= self.params.min_lost_share;
+                let costly = || {
+                    stopped
+                        || e.frequency
+                        || self.lost_share(t, e.alarm_ns, to) >= self.params.min_lost_share
+                };
                 if let Some(p) = self.persistence(t, e.alarm_ns, to, stopped) {
-                    if costly {
+                    if costly() {
                         best = Some((*e, p, e.stall));
                     }
                 }
