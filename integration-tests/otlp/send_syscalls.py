@@ -19,6 +19,7 @@ Example:
 
 import argparse
 import json
+import socket
 import sys
 import time
 
@@ -50,7 +51,7 @@ def resource(args):
     return Resource.create(
         {
             "service.name": args.service,
-            "host.name": "otlp-test-host",
+            "host.name": args.host,
             "process.pid": args.pid,
             "process.executable.name": args.exe,
         }
@@ -154,6 +155,11 @@ def main():
     p.add_argument("--service", default="faultline-test")
     p.add_argument("--exe", default="mariadbd")
     p.add_argument("--pid", type=int, default=4242)
+    p.add_argument(
+        "--host",
+        default=socket.gethostname(),
+        help="host.name of the resource (default: this host's, as an SDK's host detector says)",
+    )
     p.add_argument("--threads", type=int, default=4)
     p.add_argument("--calls", type=int, default=25)
     p.add_argument("--start-ns", type=int, default=None, help="entry time of the first call (default: now)")

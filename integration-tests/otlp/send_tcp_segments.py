@@ -122,6 +122,7 @@ def main():
     p.add_argument("--temporality", choices=["cumulative", "delta"], default="cumulative")
     p.add_argument("--service", default="nginx")
     p.add_argument("--pid", type=int, default=4242)
+    p.add_argument("--host", default=socket.gethostname(), help="host.name of the resource (default: this host's)")
     p.add_argument("--readings", type=int, default=5)
     p.add_argument("--interval", type=float, default=0.3, help="seconds between readings")
     p.add_argument("--connect", help="HOST:PORT to open a TCP connection to before each reading")
@@ -159,7 +160,7 @@ def main():
     reader = PeriodicExportingMetricReader(exporter(args), export_interval_millis=math.inf)
     provider = MeterProvider(
         resource=Resource.create(
-            {"service.name": args.service, "host.name": "otlp-test-host", "process.pid": args.pid}
+            {"service.name": args.service, "host.name": args.host, "process.pid": args.pid}
         ),
         metric_readers=[reader],
     )

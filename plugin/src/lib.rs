@@ -18,6 +18,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod engine_host;
+pub mod host_name;
 pub mod model;
 pub mod pipeline;
 pub mod sinks;

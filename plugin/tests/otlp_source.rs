@@ -115,10 +115,14 @@ fn python_sdk_available() -> bool {
 /// (pid, tid, syscall, ts, duration, ret) as the script says it sent them.
 type Sent = (u32, u32, SyscallId, u64, u64, i64);
 
+/// The `host.name` the client scripts put on their resource: the receiver carries it.
+const TEST_HOST: &str = "otlp-test-host";
+
 /// Runs a client script with `args`, which writes what it sent to `expect`; it must succeed.
 async fn run_script(script: PathBuf, args: &[&str], expect: &std::path::Path) {
     let out = tokio::process::Command::new("python3")
         .arg(script)
+        .args(["--host", TEST_HOST])
         .args(args)
         .arg("--expect-out")
         .arg(expect)
@@ -179,7 +183,7 @@ fn assert_process(batches: &[EventBatch], source: &str, service: &str) {
         assert_eq!(b.process.service_name.as_deref(), Some(service));
         assert_eq!(b.process.pid, Some(4242));
         assert_eq!(b.process.comm.as_deref(), Some("mariadbd"));
-        assert_eq!(b.process.host.as_deref(), Some("otlp-test-host"));
+        assert_eq!(b.process.host.as_deref(), Some(TEST_HOST));
     }
 }
 

@@ -1,7 +1,8 @@
 //! End to end through OTLP: the real OpenTelemetry Python SDK (integration-tests/otlp)
 //! pushes syscall log records over gRPC and HTTP into a running `faultline run`; the
-//! events are counted per receiver, routed by `service.name`, and the final reports of
-//! both services are flushed as JSON lines on SIGTERM.
+//! events are counted per receiver, routed by `service.name` (and `host.name`: another
+//! host's processes of a service are another target), and the final reports of every
+//! target are flushed as JSON lines on SIGTERM.
 
 mod run_support;
 
@@ -12,7 +13,15 @@ use std::time::{Duration, Instant};
 use faultline_engine::Report;
 use run_support::{http, http_with_body, sample, signal, start_waiting, wait_exit};
 
-fn send(protocol: &str, endpoint: &str, service: &str, threads: u32, calls: u32) {
+/// Sends `threads` × `calls` syscall records of `service`'s process on `host` (`None`:
+/// this host, as the SDK's host detector names it).
+fn send(
+    protocol: &str,
+    endpoint: &str,
+    (service, host): (&str, Option<&str>),
+    threads: u32,
+    calls: u32,
+) {
     let script =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../integration-tests/otlp/send_syscalls.py");
     let out = Command::new("python3")
@@ -27,6 +36,7 @@ fn send(protocol: &str, endpoint: &str, service: &str, threads: u32, calls: u32)
         ])
         .args(["--service", service, "--threads", &threads.to_string()])
         .args(["--calls", &calls.to_string(), "--noise", "3"])
+        .args(host.map(|h| ["--host", h]).into_iter().flatten())
         .output()
         .expect("python3 (with the OpenTelemetry SDK, see scripts/setup.sh) must be installed");
     assert!(
@@ -69,8 +79,11 @@ path = "{}"
     let grpc = format!("http://{}", run.addresses["grpc"]);
     let http_ep = format!("http://{}", run.addresses["http"]);
 
-    send("grpc", &grpc, "checkout", 4, 50);
-    send("http", &http_ep, "payments", 3, 40);
+    send("grpc", &grpc, ("checkout", None), 4, 50);
+    send("http", &http_ep, ("payments", None), 3, 40);
+    // The same service on another host (a Collector gateway forwarding both): its tids
+    // are the same numbers as this host's, its threads are other threads.
+    send("grpc", &grpc, ("checkout", Some("db-2")), 2, 30);
 
     let deadline = Instant::now() + Duration::from_secs(30);
     let body = loop {
@@ -84,7 +97,7 @@ path = "{}"
             &body,
             r#"faultline_events_received_total{source="otlp_http"}"#,
         );
-        if g == Some(200.0) && h == Some(120.0) {
+        if g == Some(260.0) && h == Some(120.0) {
             break body;
         }
         assert!(
@@ -138,7 +151,8 @@ path = "{}"
         .collect();
     let mut targets: Vec<&str> = finals.iter().map(|r| r.target.as_str()).collect();
     targets.sort_unstable();
-    assert_eq!(targets, ["checkout", "payments"]);
-    let checkout = finals.iter().find(|r| r.target == "checkout").unwrap();
-    assert_eq!(checkout.threads.total, 4);
+    assert_eq!(targets, ["checkout", "checkout@db-2", "payments"]);
+    let threads = |t: &str| finals.iter().find(|r| r.target == t).unwrap().threads.total;
+    assert_eq!(threads("checkout"), 4);
+    assert_eq!(threads("checkout@db-2"), 2);
 }

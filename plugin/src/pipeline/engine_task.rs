@@ -3,6 +3,7 @@
 //! runtime handle, routes each batch to its target, and fans reports out to the sinks.
 //! On-demand triggers ahead of their target's data wait for it ([`super::trigger_wait`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,6 +67,9 @@ pub struct EngineTaskSummary {
 pub struct EngineTask {
     engine: Box<dyn EngineHost>,
     router: Router,
+    /// Configured targets' own parameters, which the router's targets of their processes
+    /// on other hosts take too (see [`Routed::params_of`]).
+    target_params: HashMap<String, Params>,
     sinks: Vec<Box<dyn ReportSink>>,
     telemetry: Arc<Telemetry>,
     idle: Duration,
@@ -119,9 +123,10 @@ impl EngineTask {
         idle: Duration,
         trigger_wait: Duration,
     ) -> Result<Self, HostError> {
-        for (name, p) in target_params {
-            engine.set_target_params(&name, p)?;
+        for (name, p) in &target_params {
+            engine.set_target_params(name, p.clone())?;
         }
+        let target_params = target_params.into_iter().collect();
         for s in &sinks {
             telemetry.register_sink(s.name());
         }
@@ -135,6 +140,7 @@ impl EngineTask {
         Ok(Self {
             engine,
             router,
+            target_params,
             sinks,
             telemetry,
             idle,
@@ -280,14 +286,22 @@ impl EngineTask {
                 .map(|target| Routed {
                     target,
                     evicted: None,
+                    params_of: None,
                 })
         } else {
             self.router.route(&batch.process, (self.clock)())
         };
         let target = match routed {
-            Ok(Routed { target, evicted }) => {
+            Ok(Routed {
+                target,
+                evicted,
+                params_of,
+            }) => {
                 if let Some(e) = evicted {
                     self.evict(e);
+                }
+                if let Some(base) = params_of {
+                    self.take_params_of(&base, &target);
                 }
                 target
             }
@@ -328,6 +342,24 @@ impl EngineTask {
         // to its alarm in order.
         if !self.triggers.is_empty() {
             self.answer_due();
+        }
+    }
+
+    /// Gives `target` (another host's processes of configured target `base`) `base`'s
+    /// parameters before its first batch. The router caps such targets with the
+    /// configured ones at `max_targets`, as the engine caps per-target parameters, so
+    /// only a failing engine refuses; the target then runs on `[analysis]`'s, said loudly.
+    fn take_params_of(&mut self, base: &str, target: &str) {
+        let Some(p) = self.target_params.get(base).cloned() else {
+            return;
+        };
+        if let Err(e) = self.engine.set_target_params(target, p) {
+            tracing::error!(
+                target_name = %target,
+                configured = %base,
+                error = %e,
+                "another host's target cannot take its configured target's parameters: it runs on [analysis]'s"
+            );
         }
     }
 
@@ -1547,6 +1579,68 @@ mod tests {
         let mut b = batch(1, from_s, to_s);
         b.process.comm = Some(process.into());
         b
+    }
+
+    #[test]
+    fn another_hosts_processes_of_a_configured_target_are_analysed_apart_with_its_parameters() {
+        use crate::config::TargetConfig;
+
+        let rt = runtime();
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let cfg = [TargetConfig {
+            name: "db".into(),
+            process_names: vec!["db".into()],
+            ..TargetConfig::default()
+        }];
+        let calibrated = Params {
+            alpha_seconds: 2.4,
+            ..Params::default()
+        };
+        let task = EngineTask::new(
+            engine,
+            Router::new(&cfg, 4).with_local_host(Some("db-1".into())),
+            vec![("db".into(), calibrated)],
+            vec![Box::new(Keeping(kept.clone()))],
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+        )
+        .expect("task");
+        let (tx, rx) = queue::bounded(8);
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        // The same tids on both hosts: were they one target, they would be one thread.
+        let on = |host: &str, tid: u32| EventBatch {
+            process: ProcessInfo {
+                host: Some(host.into()),
+                ..batch(tid, 0, 30).process
+            },
+            ..batch(tid, 0, 30)
+        };
+        for b in [on("db-1", 11), on("db-1", 12), on("db-2", 11)] {
+            rt.block_on(tx.send(b)).expect("queue open");
+        }
+        drop(tx);
+        drop(cmd_tx);
+        task.run(rt.handle().clone(), rx, cmd_rx);
+        let kept = kept.lock().expect("lock");
+        let mut finals: Vec<(String, u64, f64)> = kept
+            .iter()
+            .filter(|r| r.trigger == faultline_engine::report::Trigger::EndOfStream)
+            .map(|r| {
+                (
+                    r.target.clone(),
+                    r.threads.total,
+                    r.parameters.alpha_seconds,
+                )
+            })
+            .collect();
+        finals.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            finals,
+            [("db".into(), 2, 2.4), ("db@db-2".into(), 1, 2.4)],
+            "each host's threads apart, both with the configured α"
+        );
     }
 
     #[test]

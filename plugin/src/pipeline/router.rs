@@ -3,8 +3,15 @@
 //! taken from input can never grow without bound. A discovered name idle for
 //! [`DISCOVERED_IDLE`] gives its slot to a new name once the cap is reached, so
 //! short-lived helpers (a health check's `curl`) cannot hold the slots for good.
+//!
+//! A target is one service on one host: PerfCompass reads a fault that reaches every
+//! thread at once as the environment's, and a service's threads on two hosts share no
+//! environment (a CPU cap on one host hits a subset of "its" threads, which would read as
+//! a bug), nor a thread-id space (tid 100 on one host is not tid 100 on another). So the
+//! processes of another host than this one (OTLP's `host.name`, when a Collector gateway
+//! forwards several hosts' records) route to `NAME@HOST`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -27,6 +34,10 @@ pub struct Routed {
     pub target: Arc<str>,
     /// The caller must drop what it keeps of this target (it is no longer routed to).
     pub evicted: Option<Evicted>,
+    /// `target` is new, for another host's processes of the configured target named here:
+    /// it takes that target's parameters (a calibrated α and β hold for every host of a
+    /// service) before its first batch.
+    pub params_of: Option<Arc<str>>,
 }
 
 /// A discovered target whose slot went to a new name.
@@ -47,6 +58,11 @@ pub struct Router {
     max_targets: usize,
     /// Whether an idle discovered name gives way to a new one.
     evicts: bool,
+    /// This host's name: processes of another host route to `NAME@HOST`.
+    local_host: Option<String>,
+    /// Targets of configured ones' processes on other hosts (never evicted, like their
+    /// configured target; capped with it at `max_targets`).
+    remote_configured: HashSet<Arc<str>>,
 }
 
 impl Router {
@@ -60,7 +76,23 @@ impl Router {
             discovered: HashMap::new(),
             max_targets: max_targets.max(1),
             evicts: true,
+            local_host: None,
+            remote_configured: HashSet::new(),
         }
+    }
+
+    /// Names this host, so processes of another host (a record's `host.name`) route to
+    /// `NAME@HOST`; without it (recorded traces read elsewhere) every host is this one.
+    pub fn with_local_host(mut self, name: Option<String>) -> Self {
+        self.local_host = name.filter(|n| !n.trim().is_empty());
+        self
+    }
+
+    /// The host of `p` when it is another than this one.
+    fn remote_host<'a>(&self, p: &'a ProcessInfo) -> Option<&'a str> {
+        let local = self.local_host.as_deref()?;
+        let host = p.host.as_deref().map(str::trim).filter(|h| !h.is_empty())?;
+        (!same_host(host, local.trim())).then_some(host)
     }
 
     /// Never evicts a discovered name: a recorded trace is read far faster than it was
@@ -96,14 +128,35 @@ impl Router {
         let routed = |target: Arc<str>| Routed {
             target,
             evicted: None,
+            params_of: None,
         };
+        let remote = self.remote_host(p);
         if !self.targets.is_empty() {
-            return self
+            let base = self
                 .targets
                 .iter()
                 .find(|(_, t)| matches(t, p))
-                .map(|(n, _)| routed(n.clone()))
-                .ok_or(DropReason::NoTarget);
+                .map(|(n, _)| n.clone())
+                .ok_or(DropReason::NoTarget)?;
+            let Some(host) = remote else {
+                return Ok(routed(base));
+            };
+            let name = on_host(&base, host);
+            if let Some(n) = self.remote_configured.get(name.as_str()) {
+                return Ok(routed(n.clone()));
+            }
+            if now.is_none() {
+                return Ok(routed(Arc::from(name)));
+            }
+            if self.targets.len() + self.remote_configured.len() >= self.max_targets {
+                return Err(DropReason::Capped);
+            }
+            let n: Arc<str> = Arc::from(name);
+            self.remote_configured.insert(n.clone());
+            return Ok(Routed {
+                params_of: Some(base),
+                ..routed(n)
+            });
         }
         let raw = p
             .service_name
@@ -112,7 +165,10 @@ impl Router {
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .ok_or(DropReason::NoTarget)?;
-        let name = sanitize(raw);
+        let name = match remote {
+            Some(host) => on_host(raw, host),
+            None => sanitize(raw),
+        };
         if let Some((n, last)) = self.discovered.get_key_value(name.as_str()) {
             let n = n.clone();
             if let Some(now) = now.filter(|now| now > last) {
@@ -133,7 +189,10 @@ impl Router {
         }
         let n: Arc<str> = Arc::from(name);
         self.discovered.insert(n.clone(), now);
-        Ok(Routed { target: n, evicted })
+        Ok(Routed {
+            evicted,
+            ..routed(n)
+        })
     }
 
     /// Removes the discovered name that routed least recently, if it has been idle for
@@ -178,6 +237,27 @@ fn matches(t: &TargetConfig, p: &ProcessInfo) -> bool {
                 .iter()
                 .any(|n| !n.is_empty() && c.contains(n.as_str()))
         })
+}
+
+/// Whether host names `a` and `b` name one host: without case, as DNS compares, and a
+/// short name the same as a fully qualified one it begins (an SDK's or the Collector's
+/// host detector may say `db-1.example.com` where `hostname` says `db-1`).
+fn same_host(a: &str, b: &str) -> bool {
+    let short = |n: &str| n.split('.').next().unwrap_or(n).to_owned();
+    if a.contains('.') && b.contains('.') {
+        a.eq_ignore_ascii_case(b)
+    } else {
+        short(a).eq_ignore_ascii_case(&short(b))
+    }
+}
+
+/// The target of service `name`'s processes on another host, `host`: `NAME@HOST`, cut to
+/// [`MAX_TARGET_NAME_CHARS`] from the service's end so the host stays readable.
+fn on_host(name: &str, host: &str) -> String {
+    let host = sanitize(host);
+    let room = MAX_TARGET_NAME_CHARS.saturating_sub(host.chars().count() + 1);
+    let name: String = sanitize(name).chars().take(room).collect();
+    sanitize(&format!("{name}@{host}"))
 }
 
 /// Keeps names printable and short, since they become metric label values.
@@ -353,6 +433,103 @@ mod tests {
         assert_eq!(seg.as_deref(), Ok("curl"));
         let routed = route_at(&mut r, t0, IDLE_S, "web");
         assert_eq!(routed, Ok(("web".into(), Some("curl".into()))));
+    }
+
+    fn on(host: Option<&str>, service: &str) -> ProcessInfo {
+        ProcessInfo {
+            service_name: Some(service.into()),
+            host: host.map(str::to_owned),
+            ..ProcessInfo::default()
+        }
+    }
+
+    #[test]
+    fn another_hosts_processes_are_another_target() {
+        let mut r = Router::new(&[], 3).with_local_host(Some("db-1".into()));
+        // This host's, whatever the case of its name or however qualified, or no host at
+        // all: the plain name.
+        for host in [
+            None,
+            Some("db-1"),
+            Some("DB-1"),
+            Some("db-1.example.com"),
+            Some(" "),
+        ] {
+            assert_eq!(route(&mut r, &on(host, "mysql")).as_deref(), Ok("mysql"));
+        }
+        assert_eq!(
+            route(&mut r, &on(Some("db-2"), "mysql")).as_deref(),
+            Ok("mysql@db-2")
+        );
+        assert_eq!(
+            route(&mut r, &on(Some("db-3"), "mysql")).as_deref(),
+            Ok("mysql@db-3")
+        );
+        // Each host's target takes a discovery slot of its own.
+        assert_eq!(
+            route(&mut r, &on(Some("db-4"), "mysql")),
+            Err(DropReason::Capped)
+        );
+        // Without a name for this host (unreadable), every host is this one.
+        let mut blind = Router::new(&[], 3);
+        assert_eq!(
+            route(&mut blind, &on(Some("db-2"), "mysql")).as_deref(),
+            Ok("mysql")
+        );
+    }
+
+    #[test]
+    fn another_hosts_processes_of_a_configured_target_take_its_parameters() {
+        let cfg = vec![TargetConfig {
+            name: "db".into(),
+            service_names: vec!["mysql".into()],
+            ..TargetConfig::default()
+        }];
+        let mut r = Router::new(&cfg, 2).with_local_host(Some("db-1".into()));
+        let t0 = Instant::now();
+        let routed = r.route(&on(Some("db-1"), "mysql"), t0);
+        assert_eq!(
+            routed.map(|r| (r.target, r.params_of)),
+            Ok(("db".into(), None))
+        );
+        // The first batch of another host's makes its target, told to take db's parameters.
+        let routed = r.route(&on(Some("db-2"), "mysql"), t0).expect("routed");
+        assert_eq!(&*routed.target, "db@db-2");
+        assert_eq!(routed.params_of.as_deref(), Some("db"));
+        // Once only; and it is never evicted, however long it stays idle.
+        let later = t0 + 100 * DISCOVERED_IDLE;
+        let again = r.route(&on(Some("db-2"), "mysql"), later).expect("routed");
+        assert_eq!((&*again.target, again.params_of), ("db@db-2", None));
+        // Capped with the configured targets at max_targets.
+        let third = r.route(&on(Some("db-3"), "mysql"), later);
+        assert_eq!(third, Err(DropReason::Capped));
+        // Records that make no target do not make one either.
+        let seg = r.route_without_discovery(&on(Some("db-5"), "mysql"));
+        assert_eq!(seg.as_deref(), Ok("db@db-5"));
+        assert_eq!(
+            r.route(&on(Some("db-5"), "mysql"), later),
+            Err(DropReason::Capped)
+        );
+    }
+
+    #[test]
+    fn host_names_compare_without_case_and_short_to_qualified() {
+        assert!(same_host("db-1", "DB-1"));
+        assert!(same_host("db-1.example.com", "db-1"));
+        assert!(same_host("db-1", "db-1.example.com"));
+        assert!(same_host("db-1.example.com", "DB-1.EXAMPLE.COM"));
+        assert!(!same_host("db-1.example.com", "db-1.other.org"));
+        assert!(!same_host("db-1", "db-10"));
+        assert!(!same_host("db-1", "db-2.example.com"));
+    }
+
+    #[test]
+    fn a_long_service_name_is_cut_so_its_host_stays_readable() {
+        let mut r = Router::new(&[], 2).with_local_host(Some("here".into()));
+        let long = "s".repeat(500);
+        let name = route(&mut r, &on(Some("db-2"), &long)).unwrap_or_else(|_| Arc::from(""));
+        assert_eq!(name.chars().count(), MAX_TARGET_NAME_CHARS);
+        assert!(name.ends_with("s@db-2"), "{name}");
     }
 
     #[test]

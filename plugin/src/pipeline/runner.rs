@@ -137,7 +137,14 @@ async fn run_engine(
     shutdown: impl Future<Output = ()>,
     on_listening: Option<OnListening>,
 ) -> Result<RunSummary, RunError> {
-    let router = Router::new(&cfg.targets, cfg.analysis.max_targets);
+    let local_host = crate::host_name::local()
+        .map_err(|why| {
+            tracing::warn!(
+                "{why}: OTLP records of any host.name go to the target of this host's processes"
+            )
+        })
+        .ok();
+    let router = Router::new(&cfg.targets, cfg.analysis.max_targets).with_local_host(local_host);
     let mut target_params = Vec::with_capacity(cfg.targets.len());
     for (i, t) in cfg.targets.iter().enumerate() {
         target_params.push((

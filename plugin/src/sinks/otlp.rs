@@ -489,33 +489,13 @@ impl OtlpSink {
     }
 }
 
-/// Where the kernel keeps the host name (what `hostname` prints, also under systemd's
-/// `ProtectHostname=`).
-const HOSTNAME_FILE: &str = "/proc/sys/kernel/hostname";
-
 /// This host's name, read once when the sink starts; `unknown` (with a warning) when it
 /// cannot be read, so the sink still pushes.
 fn host_name() -> String {
-    host_name_from(std::fs::read_to_string(HOSTNAME_FILE))
-}
-
-fn host_name_from(read: std::io::Result<String>) -> String {
-    match read.as_deref().map(str::trim) {
-        Ok(name) if !name.is_empty() => name.to_string(),
-        Ok(_) => {
-            tracing::warn!(
-                "{HOSTNAME_FILE} is empty: the OTLP sink's resource says host.name=unknown"
-            );
-            "unknown".into()
-        }
-        Err(e) => {
-            tracing::warn!(
-                error = %e,
-                "cannot read {HOSTNAME_FILE}: the OTLP sink's resource says host.name=unknown"
-            );
-            "unknown".into()
-        }
-    }
+    crate::host_name::local().unwrap_or_else(|why| {
+        tracing::warn!("{why}: the OTLP sink's resource says host.name=unknown");
+        "unknown".into()
+    })
 }
 
 fn sink_error(message: String) -> SinkError {
@@ -1033,13 +1013,5 @@ mod tests {
         let c: OtlpSinkConfig = serde_json::from_str(r#"{"endpoint":"http://c:9/"}"#).unwrap();
         assert_eq!(c.endpoint(), "http://c:9");
         assert!(serde_json::from_str::<OtlpSinkConfig>(r#"{"url":"x"}"#).is_err());
-    }
-
-    #[test]
-    fn the_host_name_is_trimmed_and_unknown_when_unreadable() {
-        assert_eq!(host_name_from(Ok("db1\n".into())), "db1");
-        assert_eq!(host_name_from(Ok(" \n".into())), "unknown");
-        let gone = std::io::Error::from(std::io::ErrorKind::NotFound);
-        assert_eq!(host_name_from(Err(gone)), "unknown");
     }
 }
