@@ -19,6 +19,21 @@ def drop_caches():
         f.write("3")
 
 
+# Longest wait for the live plugin to be ready before the normal phase begins.
+LIVE_READY_MAX_S = 90.0
+# How long the last live plugin took to be ready (a debug build: 6-8 s on a 2-core box, a
+# release build about 1 s): the load is lengthened by a margin over it, since a load
+# generator is waited for to the end of its run (pgbench flushes its log only then), and a
+# margin of the longest wait would add a minute and a half to every case. The load has 5 s
+# to spare besides.
+_last_ready_s = 7.0
+
+
+def ready_margin():
+    """Seconds the load is lengthened by for the live plugin to get ready."""
+    return min(LIVE_READY_MAX_S, 1.25 * _last_ready_s + 1.0)
+
+
 class Timing:
     def __init__(self, warmup=10.0, normal=45.0, fault=45.0):
         self.warmup = warmup
@@ -32,7 +47,10 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
     os.makedirs(out_dir, exist_ok=True)
     case_id = f"{app.name}_{fault_name}"
     print(f"== {case_id}: starting {app.name}", flush=True)
-    app.load_seconds = timing.warmup + 1.0 + timing.normal + timing.fault + 5.0
+    global _last_ready_s
+    # The load outlasts the case when the live plugin is as quick to be ready as the last.
+    margin = ready_margin() if live is not None else 0.0
+    app.load_seconds = timing.warmup + margin + 1.0 + timing.normal + timing.fault + 5.0
     drop_caches()
     app.start(env)
     log = LatencyLog()
@@ -54,6 +72,13 @@ def run_case(env, app, fault_name, fault, timing, out_dir, live=None):
         tcp = tcp_segments.Sampler(pids[0]).start() if pids else None
         if live is not None:
             live.start(pids, case_id)
+            ready = live.wait_ready(LIVE_READY_MAX_S)
+            if ready is None:
+                print("   live plugin NOT ready (see live.log)", flush=True)
+            else:
+                late = " (past the load's margin: the load ends early)" if ready > margin + 5.0 else ""
+                print(f"   live plugin ready in {ready:.1f} s{late}", flush=True)
+                _last_ready_s = ready
         time.sleep(1.0)
         trace_start = mono_ns()
         time.sleep(timing.normal)

@@ -43,6 +43,27 @@ class LivePlugin:
             stdout=subprocess.DEVNULL, stderr=open(os.path.join(self.out_dir, "live.log"), "w"))
         self.started_ns = mono_ns()
 
+    def wait_ready(self, timeout_s=90.0):
+        """Waits until the plugin serves /healthz (its engine compiled, its perf source
+        attached); returns the seconds it took, None when it never did (its log says why).
+
+        Why: the engine's start compiles the WASM guest, seconds of CPU on the load
+        generator's CPU (6.8 s for a debug build in a CI pre-check). Overlapping the normal
+        phase, it slowed the control's own client (p99 306 ms in its first second, 3-6 ms
+        otherwise), so the control read as disturbed and its false-alarm checks were skipped."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout_s:
+            if self.proc.poll() is not None:
+                return None
+            try:
+                with urllib.request.urlopen(f"http://{self.metrics}/healthz", timeout=1) as r:
+                    if r.status == 200:
+                        return time.monotonic() - t0
+            except OSError:
+                pass
+            time.sleep(0.2)
+        return None
+
     def mark_fault(self, fault_start_ns):
         def fire():
             time.sleep(max(0.0, ALARM_AFTER_S + 2.0 - (mono_ns() - fault_start_ns) / 1e9))
