@@ -135,7 +135,7 @@ impl Router {
             let base = self
                 .targets
                 .iter()
-                .find(|(_, t)| matches(t, p))
+                .find(|(_, t)| matches(t, p, remote.is_none()))
                 .map(|(n, _)| n.clone())
                 .ok_or(DropReason::NoTarget)?;
             let Some(host) = remote else {
@@ -224,19 +224,22 @@ impl Router {
     }
 }
 
-fn matches(t: &TargetConfig, p: &ProcessInfo) -> bool {
-    p.pid.is_some_and(|pid| t.pids.contains(&pid))
+/// Whether `p` belongs to `t`. Pids and cgroups name processes of this host only
+/// (`local`): pid 1234 of another host is another process.
+fn matches(t: &TargetConfig, p: &ProcessInfo, local: bool) -> bool {
+    local && p.pid.is_some_and(|pid| t.pids.contains(&pid))
         || p.comm
             .as_deref()
             .is_some_and(|c| t.process_names.iter().any(|n| n == c))
         || p.service_name
             .as_deref()
             .is_some_and(|s| t.service_names.iter().any(|n| n == s))
-        || p.cgroup.as_deref().is_some_and(|c| {
-            t.cgroups
-                .iter()
-                .any(|n| !n.is_empty() && c.contains(n.as_str()))
-        })
+        || local
+            && p.cgroup.as_deref().is_some_and(|c| {
+                t.cgroups
+                    .iter()
+                    .any(|n| !n.is_empty() && c.contains(n.as_str()))
+            })
 }
 
 /// Whether host names `a` and `b` name one host: without case, as DNS compares, and a
@@ -510,6 +513,32 @@ mod tests {
             r.route(&on(Some("db-5"), "mysql"), later),
             Err(DropReason::Capped)
         );
+    }
+
+    #[test]
+    fn pids_and_cgroups_match_this_hosts_processes_only() {
+        let cfg = vec![TargetConfig {
+            name: "db".into(),
+            pids: vec![1234],
+            cgroups: vec!["docker-abc".into()],
+            ..TargetConfig::default()
+        }];
+        let mut r = Router::new(&cfg, 4).with_local_host(Some("db-1".into()));
+        let process = |host: &str, pid: Option<u32>, cgroup: Option<&str>| ProcessInfo {
+            pid,
+            cgroup: cgroup.map(str::to_owned),
+            host: Some(host.into()),
+            ..ProcessInfo::default()
+        };
+        let here_pid = process("db-1", Some(1234), None);
+        let here_cgroup = process("db-1", None, Some("/docker-abc.scope"));
+        assert_eq!(route(&mut r, &here_pid).as_deref(), Ok("db"));
+        assert_eq!(route(&mut r, &here_cgroup).as_deref(), Ok("db"));
+        // The same numbers on another host are other processes.
+        let there_pid = process("db-2", Some(1234), None);
+        let there_cgroup = process("db-2", None, Some("/docker-abc.scope"));
+        assert_eq!(route(&mut r, &there_pid), Err(DropReason::NoTarget));
+        assert_eq!(route(&mut r, &there_cgroup), Err(DropReason::NoTarget));
     }
 
     #[test]
