@@ -33,33 +33,9 @@ OTHER_HOST = "peer-2"
 
 
 def send(trace, service, host, shift_ns, grpc, sent):
-    """Exports `trace` as `service`'s processes on `host`, `shift_ns` later, one SDK
-    provider per process; `sent[host]` is the number of records exported."""
-    from opentelemetry._logs import LogRecord
-    from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
-    from opentelemetry.sdk._logs import LoggerProvider
-    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-    from opentelemetry.sdk.resources import Resource
-
-    providers, n = {}, 0
-    for pid, tid, ts, phase, nr, ret in otlp_case.records(trace):
-        entry = providers.get(pid)
-        if entry is None:
-            res = {"service.name": service, "process.pid": pid, "host.name": host}
-            provider = LoggerProvider(resource=Resource.create(res))
-            provider.add_log_record_processor(BatchLogRecordProcessor(
-                OTLPLogExporter(endpoint=f"http://{grpc}", insecure=True),
-                max_queue_size=1 << 20, max_export_batch_size=2048, schedule_delay_millis=200))
-            entry = providers[pid] = (provider, provider.get_logger("faultline.two_hosts"))
-        attrs = {"thread.id": tid, "syscall.nr": nr, "syscall.phase": phase}
-        if ret is not None:
-            attrs["syscall.ret"] = int(ret)
-        entry[1].emit(LogRecord(timestamp=ts + shift_ns, attributes=attrs))
-        n += 1
-    for provider, _ in providers.values():
-        provider.force_flush(timeout_millis=120_000)
-        provider.shutdown()
-    sent[host] = n
+    """Exports `trace` as `service`'s processes on `host`, `shift_ns` later;
+    `sent[host]` is the number of records exported."""
+    sent[host] = otlp_case.send(trace, service, grpc, host=host, shift_ns=shift_ns)
 
 
 def main():

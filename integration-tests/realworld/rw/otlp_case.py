@@ -73,9 +73,10 @@ def metric(metrics, name):
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
 
 
-def send(trace, target, grpc):
+def send(trace, target, grpc, host=None, shift_ns=0):
     """Exports the trace with one LoggerProvider per process (process.pid is a resource
-    attribute); returns the number of records sent."""
+    attribute, and host.name when `host` is given), each record `shift_ns` later than
+    recorded; returns the number of records sent."""
     from opentelemetry._logs import LogRecord
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
@@ -90,6 +91,8 @@ def send(trace, target, grpc):
         logger = loggers.get(0 if one else pid)
         if logger is None:
             res = {"service.name": target} if one else {"service.name": target, "process.pid": pid}
+            if host is not None:
+                res["host.name"] = host
             provider = LoggerProvider(resource=Resource.create(res))
             # A queue large enough that the SDK never drops (it drops silently when full).
             provider.add_log_record_processor(BatchLogRecordProcessor(
@@ -102,7 +105,7 @@ def send(trace, target, grpc):
             attrs["process.pid"] = pid
         if ret is not None:
             attrs["syscall.ret"] = int(ret)
-        logger.emit(LogRecord(timestamp=ts, attributes=attrs))
+        logger.emit(LogRecord(timestamp=ts + shift_ns, attributes=attrs))
         sent += 1
     for p in providers.values():
         p.force_flush(timeout_millis=120_000)

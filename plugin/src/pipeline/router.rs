@@ -246,11 +246,14 @@ fn matches(t: &TargetConfig, p: &ProcessInfo, local: bool) -> bool {
 /// short name the same as a fully qualified one it begins (an SDK's or the Collector's
 /// host detector may say `db-1.example.com` where `hostname` says `db-1`).
 fn same_host(a: &str, b: &str) -> bool {
-    let short = |n: &str| n.split('.').next().unwrap_or(n).to_owned();
+    // Per batch: compared in place, nothing allocated.
+    fn short(n: &str) -> &str {
+        n.split('.').next().unwrap_or(n)
+    }
     if a.contains('.') && b.contains('.') {
         a.eq_ignore_ascii_case(b)
     } else {
-        short(a).eq_ignore_ascii_case(&short(b))
+        short(a).eq_ignore_ascii_case(short(b))
     }
 }
 
