@@ -3,7 +3,8 @@
 fault case as this host's processes, a fault-free control (its phase split moved onto the
 fault's start) as another host's, both exported by the real OpenTelemetry Python SDK over
 gRPC into one `faultline run`; then the on-demand diagnosis at fault + 10 s of the target
-of each host (`NAME` and `NAME@HOST`).
+of each host (`NAME` and `NAME@HOST`, or with `--host-target` the target `NAME-HOST`
+configured with `hosts = [HOST]`).
 
 Why: PerfCompass reads a fault that reaches every thread of a target as the environment's.
 Merged into one target, a CPU cap on one host reaches a subset of the service's threads
@@ -44,6 +45,9 @@ def main():
     ap.add_argument("--fault", required=True, help="case directory (trace.txt.zst, truth.json)")
     ap.add_argument("--control", required=True, help="fault-free case directory of the same service")
     ap.add_argument("--out", help="directory for the plugin's config, log and reports (default: a temporary one)")
+    ap.add_argument("--host-target", action="store_true",
+                    help="configure the other host's processes as a target of their own (hosts = [HOST]) "
+                         "instead of NAME@HOST")
     args = ap.parse_args()
     fault = json.load(open(os.path.join(args.fault, "truth.json")))
     control = json.load(open(os.path.join(args.control, "truth.json")))
@@ -52,7 +56,9 @@ def main():
     out = args.out or tempfile.mkdtemp(prefix="faultline-two-hosts-")
     os.makedirs(out, exist_ok=True)
     here = socket.gethostname()
-    proc, _, grpc, metrics = otlp_case.start_plugin(args.bin, out, service)
+    peer_target = f"{service}-{OTHER_HOST}" if args.host_target else f"{service}@{OTHER_HOST}"
+    host_targets = [(peer_target, OTHER_HOST)] if args.host_target else []
+    proc, _, grpc, metrics = otlp_case.start_plugin(args.bin, out, service, host_targets)
     try:
         sent, t0 = {}, time.time()
         senders = [
@@ -73,7 +79,7 @@ def main():
         print(f"sent {sent} in {time.time() - t0:.0f} s; received {received:.0f}, dropped {dropped:.0f}")
         at = fault["fault_start_ns"] + 10 * 10**9
         verdicts = {}
-        for host, target, want in [(here, service, fault["class"]), (OTHER_HOST, f"{service}@{OTHER_HOST}", "none")]:
+        for host, target, want in [(here, service, fault["class"]), (OTHER_HOST, peer_target, "none")]:
             q = urllib.parse.urlencode({"target": target, "at_ns": at})
             req = urllib.request.Request(f"http://{metrics}/trigger?{q}", method="POST", data=b"")
             try:

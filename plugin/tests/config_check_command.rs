@@ -31,6 +31,17 @@ fn a_good_config_prints_a_summary() {
         out.contains("prometheus (127.0.0.1:9464)") && out.contains("json"),
         "{out}"
     );
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert!(
+        out.contains(&format!("this host: {} (hostname)", kernel.trim())),
+        "{out}"
+    );
+    let (ok, out, err) = check("[pipeline]\nhost_name = \"node-7\"\n", "toml");
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("this host: node-7 (pipeline.host_name)"),
+        "{out}"
+    );
 }
 
 #[test]

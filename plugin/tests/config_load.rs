@@ -372,6 +372,61 @@ fn otlp_request_size_limit_is_bounded() {
     }
 }
 
+/// In a container the kernel's host name is the container's: the node's is set here, by
+/// file or (as a DaemonSet would) by environment, whatever it looks like.
+#[test]
+fn this_hosts_name_may_be_set_and_must_be_a_name() {
+    let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
+    assert_eq!(cfg.pipeline.host_name, None);
+    let cfg = load_from_str(
+        Some("[pipeline]\nhost_name = \"node-7\"\n"),
+        ConfigFormat::Toml,
+        no_env(),
+    )
+    .unwrap();
+    assert_eq!(cfg.pipeline.host_name.as_deref(), Some("node-7"));
+    for name in ["node-7.example.com", "1234", "true"] {
+        let cfg = load_from_str(
+            None,
+            ConfigFormat::Toml,
+            env(&[("FAULTLINE_PIPELINE__HOST_NAME", name)]),
+        );
+        let got = cfg.map(|c| c.pipeline.host_name);
+        assert_eq!(got.ok().flatten().as_deref(), Some(name));
+    }
+    for bad in ["\"\"", "\" \"", "\"a\\nb\""] {
+        let e = err_of(
+            &format!("[pipeline]\nhost_name = {bad}\n"),
+            ConfigFormat::Toml,
+        );
+        assert!(
+            e.starts_with("pipeline.host_name: must be a host name"),
+            "{bad}: {e}"
+        );
+    }
+}
+
+/// A live session's address is checked at start, not left to babeltrace2 to refuse.
+#[test]
+fn an_lttng_live_address_must_name_a_host_and_session() {
+    let live = |url: &str| format!("[sources.lttng]\nenabled = true\nrelayd_url = {url:?}\n");
+    for bad in ["net://relay", "net://relay/host/db-2", "relay/host/db-2/s"] {
+        let e = err_of(&live(bad), ConfigFormat::Toml);
+        assert!(
+            e.starts_with(
+                "sources.lttng.relayd_url: expected net://RELAYD[:PORT]/host/HOST/SESSION"
+            ),
+            "{bad}: {e}"
+        );
+    }
+    let cfg = load_from_str(
+        Some(&live("net://relay:5344/host/db-2/s")),
+        ConfigFormat::Toml,
+        no_env(),
+    );
+    assert!(cfg.is_ok(), "{cfg:?}");
+}
+
 #[test]
 fn reorder_wait_is_bounded() {
     let cfg = load_from_str(None, ConfigFormat::Toml, no_env()).unwrap();
@@ -504,6 +559,7 @@ fn target_names_and_matchers_must_be_exactly_what_they_say() {
         ("process_names = [\"\"]", "process_names[0]"),
         ("cgroups = [\"\"]", "cgroups[0]"),
         ("service_names = [\"api\", \" \"]", "service_names[1]"),
+        ("service_names = [\"api\"]\nhosts = [\"\"]", "hosts[0]"),
     ] {
         let e = err_of(
             &format!("[[targets]]\nname = \"db\"\n{list}\n"),

@@ -32,6 +32,10 @@ use prost::Message;
 use serde_json::json;
 use tonic::{Request, Response, Status};
 
+/// The host name the sink pushes as (`faultline run` gives it `[pipeline].host_name` or the
+/// kernel's).
+const HOST: &str = "node-7";
+
 /// What the stand-in collector received.
 #[derive(Clone, Default)]
 struct Captured {
@@ -256,7 +260,7 @@ async fn push_and_check(protocol: OtlpProtocol) {
         max_targets: 2,
         ..OtlpSinkConfig::default()
     };
-    let sink = OtlpSink::start(cfg, telemetry).expect("sink starts");
+    let sink = OtlpSink::start(cfg, HOST.into(), telemetry).expect("sink starts");
     sink.publish(&report("db", Verdict::External, 0.75));
     sink.publish(&report("db", Verdict::External, 0.8)); // same verdict: no new log
     sink.publish(&report("web", Verdict::None, 0.0)); // none: no log
@@ -546,9 +550,7 @@ async fn push_and_check(protocol: OtlpProtocol) {
     );
     // N hosts pushing to one collector stay apart: the resource names the host, on the
     // metrics and on the verdict records.
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
-    let host = host.trim();
-    assert!(!host.is_empty());
+    let host = HOST;
     for key in ["service.instance.id", "host.name"] {
         assert_eq!(
             metrics_resource(&captured, key).as_deref(),
@@ -598,7 +600,7 @@ async fn a_dead_engine_is_pushed_as_down_a_drained_one_is_left_out() {
             interval_seconds: 60,
             ..OtlpSinkConfig::default()
         };
-        let sink = OtlpSink::start(cfg, telemetry).expect("sink starts");
+        let sink = OtlpSink::start(cfg, HOST.into(), telemetry).expect("sink starts");
         tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
             .await
             .expect("shutdown finishes")
@@ -661,7 +663,7 @@ async fn exports_to_a_collector_that_is_down_are_counted() {
     use faultline::pipeline::telemetry::OtlpSignal;
     let telemetry = Arc::new(Telemetry::default());
     let cfg = config_for(free_port(), OtlpProtocol::Http);
-    let sink = OtlpSink::start(cfg, telemetry.clone()).expect("sink starts");
+    let sink = OtlpSink::start(cfg, HOST.into(), telemetry.clone()).expect("sink starts");
     sink.publish(&report("db", Verdict::External, 0.75));
     assert_eq!(telemetry.otlp_export_failures(OtlpSignal::Metrics), 0);
     let flushed = tokio::time::timeout(Duration::from_secs(30), sink.shutdown())
@@ -693,7 +695,7 @@ async fn verdict_outlives_a_collector_outage(protocol: OtlpProtocol) {
     let port = free_port();
     let telemetry = Arc::new(Telemetry::default());
     let cfg = config_for(port, protocol);
-    let sink = OtlpSink::start(cfg, telemetry.clone()).expect("sink starts");
+    let sink = OtlpSink::start(cfg, HOST.into(), telemetry.clone()).expect("sink starts");
     sink.publish(&report("db", Verdict::External, 0.95));
     assert!(
         eventually(Duration::from_secs(30), || telemetry
@@ -770,7 +772,8 @@ async fn pushes_vital_signs_and_symptoms() {
         interval_seconds: 60,
         ..OtlpSinkConfig::default()
     };
-    let sink = OtlpSink::start(cfg, Arc::new(Telemetry::default())).expect("sink starts");
+    let sink =
+        OtlpSink::start(cfg, HOST.into(), Arc::new(Telemetry::default())).expect("sink starts");
     let busy: &[&str] = &["busy_loop"];
     let both: &[&str] = &["busy_loop", "cache_thrash"];
     sink.publish(&with_vital_signs(
@@ -916,7 +919,8 @@ async fn a_forgotten_target_leaves_the_push_and_its_place_goes_to_a_new_one() {
         max_targets: 2,
         ..OtlpSinkConfig::default()
     };
-    let mut sink = OtlpSink::start(cfg, Arc::new(Telemetry::default())).expect("sink starts");
+    let mut sink =
+        OtlpSink::start(cfg, HOST.into(), Arc::new(Telemetry::default())).expect("sink starts");
     let publish = |sink: &mut OtlpSink, target, verdict| {
         ReportSink::publish(sink, &report(target, verdict, 0.5)).expect("published");
     };

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use faultline_engine::Report;
 use perf_support::perf_usable;
-use run_support::{http, sample, signal, signal_group, start, wait_exit};
+use run_support::{final_reports, http, sample, signal, signal_group, start, wait_exit};
 
 /// `perf script` text: `threads` threads of `mariadbd` each calling read (NR 0) every
 /// 20 ms for `seconds` of trace time, 1 ms per call. Returns (text, events, last ts ns).
@@ -262,14 +262,10 @@ fn a_port_in_use_stops_startup_with_the_listeners_key_named() {
     }
 }
 
-#[test]
-fn a_real_lttng_trace_flows_through_babeltrace2_into_final_reports() {
-    let Some(trace) = traces::get("lttng/bug446190") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let jsonl = dir.path().join("reports.jsonl");
-    let cfg = dir.path().join("faultline.toml");
+/// A `faultline run` config reading LTTng input `source` (a `[sources.lttng]` key) with
+/// `extra` sections, its final reports written to `jsonl`.
+fn lttng_config(dir: &Path, source: &str, extra: &str, jsonl: &Path) -> std::path::PathBuf {
+    let cfg = dir.join("faultline.toml");
     std::fs::write(
         &cfg,
         format!(
@@ -278,28 +274,31 @@ fn a_real_lttng_trace_flows_through_babeltrace2_into_final_reports() {
 kind = "native"
 [pipeline]
 idle_seconds = 0.2
+{extra}
 [sources.otlp]
 enabled = false
 [sources.lttng]
 enabled = true
-trace_dir = "{}"
+{source}
 [sinks.prometheus]
 listen = "127.0.0.1:0"
 [sinks.json]
 enabled = true
 path = "{}"
 "#,
-            trace.display(),
             jsonl.display()
         ),
     )
     .unwrap();
-    let mut run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+    cfg
+}
 
-    // Every decoded event is either analysed or counted as dropped: nothing is lost silently.
+/// Waits until the LTTng events `run` received stop growing and are each analysed or
+/// counted as dropped (nothing is lost silently); answers how many there were.
+fn settled_lttng_events(run: &run_support::Running) -> f64 {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut last = None;
-    let received = loop {
+    loop {
         let (_, body) = http(run.addr, "GET", "/metrics");
         let received = sample(&body, r#"faultline_events_received_total{source="lttng"}"#);
         let analysed = sample(&body, "faultline_engine_events_total").unwrap_or(0.0);
@@ -314,7 +313,7 @@ path = "{}"
             .sum();
         if let Some(n) = received {
             if n > 0.0 && last == Some(n) && analysed + dropped == n {
-                break n;
+                return n;
             }
         }
         last = received;
@@ -323,7 +322,21 @@ path = "{}"
             "LTTng events never settled: {body}"
         );
         std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn a_real_lttng_trace_flows_through_babeltrace2_into_final_reports() {
+    let Some(trace) = traces::get("lttng/bug446190") else {
+        return;
     };
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("reports.jsonl");
+    let source = format!("trace_dir = \"{}\"", trace.display());
+    let cfg = lttng_config(dir.path(), &source, "", &jsonl);
+    let run = start(&["run", "--config", cfg.to_str().unwrap()], &[]);
+
+    let received = settled_lttng_events(&run);
     assert!(received > 1000.0, "only {received} events decoded");
     // A recorded trace read to its end is done, not a live capture gone down.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -343,15 +356,7 @@ path = "{}"
         None
     );
 
-    signal(&run.child, "-TERM");
-    let status = wait_exit(&mut run.child, Duration::from_secs(30));
-    assert!(status.success(), "exit status {status}");
-    let finals: Vec<Report> = std::fs::read_to_string(&jsonl)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Report>(l).expect("report line"))
-        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
-        .collect();
+    let finals = final_reports(run, &jsonl);
     assert!(!finals.is_empty(), "no final reports");
     // One final report per discovered target (process name), each for a distinct target.
     let mut names: Vec<&str> = finals.iter().map(|r| r.target.as_str()).collect();
@@ -359,6 +364,82 @@ path = "{}"
     names.dedup();
     assert_eq!(names.len(), finals.len());
     assert!(names.iter().all(|n| !n.is_empty()));
+}
+
+/// A relay daemon collects the sessions of many hosts: a live session's processes are the
+/// traced host's (its address says which), so another host's form `NAME@HOST` targets,
+/// and this host's keep their names. The relay daemon is stood in for by a `babeltrace2`
+/// first on `PATH` that reads a real recorded trace (with the real babeltrace2) when asked
+/// for the live session.
+#[test]
+fn a_relay_daemons_session_of_another_host_is_that_hosts_processes() {
+    let Some(trace) = traces::get("lttng/bug446190") else {
+        return;
+    };
+    let Ok(real) = which("babeltrace2") else {
+        prereq::missing_tool("babeltrace2", "apt-get install babeltrace2");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let shim = bin.join("babeltrace2");
+    std::fs::write(
+        &shim,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *lttng-live*) exec {real} --clock-seconds --no-delta '{}';; esac\nexec {real} \"$@\"\n",
+            trace.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+
+    let targets_of_session_on = |host: &str| -> Vec<String> {
+        let run_dir = dir.path().join(host);
+        std::fs::create_dir(&run_dir).unwrap();
+        let jsonl = run_dir.join("reports.jsonl");
+        let source = format!("relayd_url = \"net://relay:5344/host/{host}/session\"");
+        let cfg = lttng_config(&run_dir, &source, "host_name = \"node-7\"", &jsonl);
+        let run = start(
+            &["run", "--config", cfg.to_str().unwrap()],
+            &[("PATH", &path)],
+        );
+        assert!(settled_lttng_events(&run) > 1000.0);
+        let mut names: Vec<String> = final_reports(run, &jsonl)
+            .into_iter()
+            .map(|r| r.target)
+            .collect();
+        names.sort_unstable();
+        names
+    };
+    let here = targets_of_session_on("node-7");
+    assert!(
+        !here.is_empty() && here.iter().all(|n| !n.contains('@')),
+        "{here:?}"
+    );
+    let there = targets_of_session_on("db-2");
+    let mut expected: Vec<String> = here.iter().map(|n| format!("{n}@db-2")).collect();
+    expected.sort_unstable();
+    assert_eq!(there, expected);
+}
+
+/// `tool`'s path on `PATH`.
+fn which(tool: &str) -> Result<String, String> {
+    let out = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .output()
+        .map_err(|e| e.to_string())?;
+    let path = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    if out.status.success() && !path.is_empty() {
+        Ok(path)
+    } else {
+        Err(format!("{tool} not found"))
+    }
 }
 
 /// The replay source reads its trace through a FIFO the test feeds: the first half of the

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use faultline_engine::Report;
-use run_support::{http, http_with_body, sample, signal, start_waiting, wait_exit};
+use run_support::{final_reports, http, http_with_body, sample, start_waiting};
 
 /// Sends `threads` × `calls` syscall records of `service`'s process on `host` (`None`:
 /// this host, as the SDK's host detector names it).
@@ -47,11 +47,12 @@ fn send(
     );
 }
 
-#[test]
-fn otel_sdk_events_reach_the_engine_and_final_reports_are_flushed() {
-    let dir = tempfile::tempdir().unwrap();
-    let jsonl = dir.path().join("reports.jsonl");
-    let cfg = dir.path().join("faultline.toml");
+/// A `faultline run` config: both OTLP receivers, the JSON sink, this host named
+/// [`NODE`], and `targets` (none: one discovered target per service and host); answers it
+/// and where the final reports go.
+fn config(dir: &Path, targets: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let jsonl = dir.join("reports.jsonl");
+    let cfg = dir.join("faultline.toml");
     std::fs::write(
         &cfg,
         format!(
@@ -66,12 +67,31 @@ listen = "127.0.0.1:0"
 [sinks.json]
 enabled = true
 path = "{}"
-"#,
+# faultline in a container: the kernel's host name is not the node's its services report.
+[pipeline]
+host_name = "{NODE}"
+{targets}"#,
             jsonl.display()
         ),
     )
     .unwrap();
-    let mut run = start_waiting(
+    (cfg, jsonl)
+}
+
+/// What `[pipeline].host_name` names this host in these tests.
+const NODE: &str = "node-7";
+
+/// The kernel's host name, which the SDK's host detector reports.
+fn kernel_host_name() -> String {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").expect("host name");
+    name.trim().to_owned()
+}
+
+#[test]
+fn otel_sdk_events_reach_the_engine_and_final_reports_are_flushed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (cfg, jsonl) = config(dir.path(), "");
+    let run = start_waiting(
         &["run", "--config", cfg.to_str().unwrap()],
         &[],
         &["metrics", "grpc", "http"],
@@ -79,7 +99,8 @@ path = "{}"
     let grpc = format!("http://{}", run.addresses["grpc"]);
     let http_ep = format!("http://{}", run.addresses["http"]);
 
-    send("grpc", &grpc, ("checkout", None), 4, 50);
+    send("grpc", &grpc, ("checkout", Some(NODE)), 4, 50);
+    // The SDK's host detector names the kernel's host: not this node, as configured.
     send("http", &http_ep, ("payments", None), 3, 40);
     // The same service on another host (a Collector gateway forwarding both): its tids
     // are the same numbers as this host's, its threads are other threads.
@@ -139,20 +160,74 @@ path = "{}"
         "{body}"
     );
 
-    signal(&run.child, "-TERM");
-    let status = wait_exit(&mut run.child, Duration::from_secs(30));
-    assert!(status.success(), "exit status {status}");
-
-    let finals: Vec<Report> = std::fs::read_to_string(&jsonl)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<Report>(l).expect("report line"))
-        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
-        .collect();
+    let finals = final_reports(run, &jsonl);
     let mut targets: Vec<&str> = finals.iter().map(|r| r.target.as_str()).collect();
     targets.sort_unstable();
-    assert_eq!(targets, ["checkout", "checkout@db-2", "payments"]);
+    let payments = format!("payments@{}", kernel_host_name());
+    assert_eq!(targets, ["checkout", "checkout@db-2", payments.as_str()]);
     let threads = |t: &str| finals.iter().find(|r| r.target == t).unwrap().threads.total;
     assert_eq!(threads("checkout"), 4);
     assert_eq!(threads("checkout@db-2"), 2);
+}
+
+/// Per-host calibration: a `[[targets]]` naming one host takes that host's processes of
+/// the service under its own name and parameters; the service's other hosts stay apart,
+/// each with the service's parameters.
+#[test]
+fn a_target_naming_its_host_takes_that_hosts_processes_with_its_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let targets = r#"
+[[targets]]
+name = "checkout-db-2"
+service_names = ["checkout"]
+hosts = ["db-2"]
+alpha_seconds = 1.5
+[[targets]]
+name = "checkout"
+service_names = ["checkout"]
+alpha_seconds = 2.5
+"#;
+    let (cfg, jsonl) = config(dir.path(), targets);
+    let run = start_waiting(
+        &["run", "--config", cfg.to_str().unwrap()],
+        &[],
+        &["metrics", "grpc", "http"],
+    );
+    let grpc = format!("http://{}", run.addresses["grpc"]);
+    send("grpc", &grpc, ("checkout", Some(NODE)), 4, 30);
+    send("grpc", &grpc, ("checkout", Some("db-2")), 2, 30);
+    send("grpc", &grpc, ("checkout", Some("db-3")), 3, 30);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (_, body) = http(run.addr, "GET", "/metrics");
+        let got = sample(
+            &body,
+            r#"faultline_events_received_total{source="otlp_grpc"}"#,
+        );
+        if got == Some(270.0) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "OTLP events never all arrived: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let finals = final_reports(run, &jsonl);
+    let mut got: Vec<(&str, usize, f64)> = finals
+        .iter()
+        .map(|r| {
+            let threads = r.threads.total as usize;
+            (r.target.as_str(), threads, r.parameters.alpha_seconds)
+        })
+        .collect();
+    got.sort_by(|a, b| a.0.cmp(b.0));
+    assert_eq!(
+        got,
+        [
+            ("checkout", 4, 2.5),
+            ("checkout-db-2", 2, 1.5),
+            ("checkout@db-3", 3, 2.5)
+        ]
+    );
 }

@@ -34,14 +34,21 @@ def records(trace):
     p.wait()
 
 
-def start_plugin(binary, out_dir, target):
+def start_plugin(binary, out_dir, target, host_targets=()):
     """Starts `faultline run` with an OTLP source on free ports; returns the process, the
-    JSON reports' path, the gRPC address to export to and the metrics address."""
+    JSON reports' path, the gRPC address to export to and the metrics address.
+    `host_targets`: (name, host) of targets of `target`'s service on one host, matched
+    before the service's own."""
     config = os.path.join(out_dir, "otlp.toml")
     reports = os.path.join(out_dir, "otlp_reports.jsonl")
     grpc, http, metrics = free_addrs(3)
+    blocks = "".join(
+        f'[[targets]]\nname = "{name}"\nservice_names = ["{target}"]\nhosts = ["{host}"]\n\n'
+        for name, host in host_targets
+    )
     with open(config, "w") as f:
         f.write(
+            blocks +
             f'[[targets]]\nname = "{target}"\nservice_names = ["{target}"]\n\n'
             f'[sources.otlp]\nenabled = true\ngrpc = "{grpc}"\nhttp = "{http}"\n\n'
             f'[pipeline]\nqueue_capacity = 4096\n\n'

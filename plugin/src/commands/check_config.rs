@@ -62,6 +62,15 @@ pub fn summary(cfg: &Config) -> String {
         sinks.push("otlp");
     }
     out.push_str(&format!("sinks: {}\n", list_or_none(&sinks)));
+    // Which host's records are this one's: in a container the kernel's name may not be it.
+    let host = match &cfg.pipeline.host_name {
+        Some(name) => format!("{} (pipeline.host_name)", name.trim()),
+        None => match crate::host_name::local() {
+            Ok(name) => format!("{name} (hostname)"),
+            Err(why) => format!("unknown ({why}): every record is this host's"),
+        },
+    };
+    out.push_str(&format!("this host: {host}\n"));
     out
 }
 

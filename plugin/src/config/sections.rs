@@ -35,6 +35,10 @@ pub struct PipelineConfig {
     /// false verdicts. No process is waited for longer than this (event time) behind the
     /// target's newest record; 0 feeds OTLP batches as they come.
     pub reorder_seconds: f64,
+    /// This host's name, where the kernel's is not the one its services report (faultline
+    /// in a container): OTLP records of another `host.name` form targets of their own, and
+    /// the OTLP push names its resource by it. Default: the kernel's (`hostname`).
+    pub host_name: Option<String>,
 }
 
 impl Default for PipelineConfig {
@@ -46,6 +50,7 @@ impl Default for PipelineConfig {
             trigger_wait_seconds: 10.0,
             silent_after_seconds: 20.0,
             reorder_seconds: 30.0,
+            host_name: None,
         }
     }
 }

@@ -7,7 +7,8 @@ use serde_json::{Map, Value};
 
 use super::ConfigError;
 
-/// One named target. A process belongs to the first target any of whose lists matches it.
+/// One named target. A process belongs to the first target any of whose lists matches it
+/// (and, when `hosts` is set, whose hosts name the process's).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TargetConfig {
@@ -20,6 +21,10 @@ pub struct TargetConfig {
     pub cgroups: Vec<String>,
     /// OTLP resource `service.name` values.
     pub service_names: Vec<String>,
+    /// Only processes of these hosts (OTLP `host.name`; this host's are those of
+    /// `[pipeline].host_name`): one service's target per host, with its own calibrated α/β.
+    /// Empty: any host, another host's processes forming `NAME@HOST`.
+    pub hosts: Vec<String>,
     /// Calibrated α for this target (overrides `[analysis].alpha_seconds`).
     pub alpha_seconds: Option<f64>,
     /// Calibrated β for this target (overrides `[analysis].beta_seconds`).

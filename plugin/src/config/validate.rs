@@ -81,6 +81,7 @@ fn targets(cfg: &Config) -> Result<(), ConfigError> {
             ("process_names", &t.process_names),
             ("cgroups", &t.cgroups),
             ("service_names", &t.service_names),
+            ("hosts", &t.hosts),
         ] {
             if let Some(j) = values.iter().position(|v| v.trim().is_empty()) {
                 return Err(ConfigError::invalid(
@@ -150,6 +151,14 @@ fn pipeline(cfg: &Config) -> Result<(), ConfigError> {
                 "must be 0 (off) or between {MIN_SILENT_AFTER} and 86400 seconds (live sources deliver about 2 s late), got {silent}"
             ),
         ));
+    }
+    if let Some(name) = &p.host_name {
+        if name.trim().is_empty() || name.len() > 253 || name.chars().any(char::is_control) {
+            return Err(ConfigError::invalid(
+                "pipeline.host_name",
+                "must be a host name of at most 253 printable characters; leave it out for the kernel's (`hostname`)",
+            ));
+        }
     }
     Ok(())
 }
@@ -232,6 +241,10 @@ fn sources(cfg: &Config) -> Result<(), ConfigError> {
             "sources.lttng",
             "enabled but neither relayd_url nor trace_dir is set",
         ));
+    }
+    if let Some(url) = s.lttng.relayd_url.as_deref().filter(|_| s.lttng.enabled) {
+        crate::sources::lttng::live_url::parse(url)
+            .map_err(|e| ConfigError::invalid("sources.lttng.relayd_url", e))?;
     }
     if crate::sources::perf::parse_arch(&s.replay.arch).is_none() {
         return Err(ConfigError::invalid(

@@ -95,6 +95,16 @@ impl Router {
         (!same_host(host, local.trim())).then_some(host)
     }
 
+    /// The host of `p`: its own when it names one, else this host (sources that read this
+    /// host's kernel name none).
+    fn host_of<'a>(&'a self, p: &'a ProcessInfo) -> Option<&'a str> {
+        p.host
+            .as_deref()
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .or(self.local_host.as_deref())
+    }
+
     /// Never evicts a discovered name: a recorded trace is read far faster than it was
     /// made, so the wall clock of the reading says nothing of a service's idleness.
     pub fn without_eviction(mut self) -> Self {
@@ -132,13 +142,16 @@ impl Router {
         };
         let remote = self.remote_host(p);
         if !self.targets.is_empty() {
-            let base = self
+            let host = self.host_of(p);
+            let (base, pinned) = self
                 .targets
                 .iter()
-                .find(|(_, t)| matches(t, p, remote.is_none()))
-                .map(|(n, _)| n.clone())
+                .find(|(_, t)| matches(t, p, remote.is_none()) && on_hosts(t, host))
+                .map(|(n, t)| (n.clone(), t.hosts.len() == 1))
                 .ok_or(DropReason::NoTarget)?;
-            let Some(host) = remote else {
+            // A target of one host is that host's service: no `NAME@HOST` of it. One of
+            // several hosts still analyses each apart (their threads share nothing).
+            let Some(host) = remote.filter(|_| !pinned) else {
                 return Ok(routed(base));
             };
             let name = on_host(&base, host);
@@ -240,6 +253,11 @@ fn matches(t: &TargetConfig, p: &ProcessInfo, local: bool) -> bool {
                     .iter()
                     .any(|n| !n.is_empty() && c.contains(n.as_str()))
             })
+}
+
+/// Whether a process of `host` may belong to `t`: any host's when `t` names none.
+fn on_hosts(t: &TargetConfig, host: Option<&str>) -> bool {
+    t.hosts.is_empty() || host.is_some_and(|h| t.hosts.iter().any(|n| same_host(h, n.trim())))
 }
 
 /// Whether host names `a` and `b` name one host: without case, as DNS compares, and a
@@ -515,6 +533,50 @@ mod tests {
         assert_eq!(
             r.route(&on(Some("db-5"), "mysql"), later),
             Err(DropReason::Capped)
+        );
+    }
+
+    #[test]
+    fn a_target_naming_its_host_takes_its_processes_alone_under_its_own_name() {
+        let service = |name: &str, hosts: &[&str]| TargetConfig {
+            name: name.into(),
+            service_names: vec!["mysql".into()],
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            ..TargetConfig::default()
+        };
+        let cfg = vec![
+            service("mysql-db-2", &["db-2"]),
+            service("mysql-here", &["DB-1"]),
+            service("mysql-new", &["db-5", "db-6"]),
+            service("mysql", &[]),
+        ];
+        let mut r = Router::new(&cfg, 6).with_local_host(Some("db-1".into()));
+        let t0 = Instant::now();
+        let to = |r: &mut Router, host: Option<&str>| {
+            r.route(&on(host, "mysql"), t0)
+                .map(|r| (r.target.to_string(), r.params_of.map(|p| p.to_string())))
+        };
+        // Its hosts' processes: its own name and parameters, no `NAME@HOST`.
+        assert_eq!(to(&mut r, Some("db-2")), Ok(("mysql-db-2".into(), None)));
+        assert_eq!(
+            to(&mut r, Some("db-2.example.com")),
+            Ok(("mysql-db-2".into(), None))
+        );
+        // A target of several hosts gives their processes its parameters, each host apart.
+        let db5 = to(&mut r, Some("db-5"));
+        assert_eq!(db5, Ok(("mysql-new@db-5".into(), Some("mysql-new".into()))));
+        // This host's, by name or by naming none: the target listing this host.
+        assert_eq!(to(&mut r, Some("db-1")), Ok(("mysql-here".into(), None)));
+        assert_eq!(to(&mut r, None), Ok(("mysql-here".into(), None)));
+        // Any other host: the next matching target, per host as before.
+        let other = to(&mut r, Some("db-3"));
+        assert_eq!(other, Ok(("mysql@db-3".into(), Some("mysql".into()))));
+        // Without a name for this host, a process naming none is on no listed host.
+        let mut blind = Router::new(&cfg, 6);
+        assert_eq!(to(&mut blind, None), Ok(("mysql".into(), None)));
+        assert_eq!(
+            to(&mut blind, Some("db-2")),
+            Ok(("mysql-db-2".into(), None))
         );
     }
 

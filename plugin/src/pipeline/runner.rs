@@ -137,14 +137,15 @@ async fn run_engine(
     shutdown: impl Future<Output = ()>,
     on_listening: Option<OnListening>,
 ) -> Result<RunSummary, RunError> {
-    let local_host = crate::host_name::local()
+    let local_host = crate::host_name::resolve(cfg.pipeline.host_name.as_deref())
         .map_err(|why| {
             tracing::warn!(
-                "{why}: OTLP records of any host.name go to the target of this host's processes"
+                "{why}: records of any host go to the targets of this host's processes, and the OTLP push says host.name=unknown (set [pipeline].host_name)"
             )
         })
         .ok();
-    let router = Router::new(&cfg.targets, cfg.analysis.max_targets).with_local_host(local_host);
+    let router =
+        Router::new(&cfg.targets, cfg.analysis.max_targets).with_local_host(local_host.clone());
     let mut target_params = Vec::with_capacity(cfg.targets.len());
     for (i, t) in cfg.targets.iter().enumerate() {
         target_params.push((
@@ -152,7 +153,7 @@ async fn run_engine(
             t.effective_params(&cfg.analysis, i)?,
         ));
     }
-    let sinks = build_sinks(&cfg, &telemetry)?;
+    let sinks = build_sinks(&cfg, &telemetry, local_host.as_deref())?;
 
     let (tx, rx) = queue::bounded(cfg.pipeline.queue_capacity);
     let (cmd_tx, cmd_rx) = mpsc::channel(COMMAND_QUEUE);
@@ -383,7 +384,12 @@ struct Sinks {
     json: Option<Arc<Mutex<JsonLinesSink>>>,
 }
 
-fn build_sinks(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Sinks, RunError> {
+/// `host`: this host's name, for the OTLP push's resource (`unknown` without one).
+fn build_sinks(
+    cfg: &Config,
+    telemetry: &Arc<Telemetry>,
+    host: Option<&str>,
+) -> Result<Sinks, RunError> {
     let latest = Arc::new(LatestReports::new(cfg.analysis.max_targets));
     let mut list: Vec<Box<dyn ReportSink>> = vec![Box::new(LatestReportsSink(latest.clone()))];
     let exporter = if cfg.sinks.prometheus.enabled {
@@ -411,7 +417,8 @@ fn build_sinks(cfg: &Config, telemetry: &Arc<Telemetry>) -> Result<Sinks, RunErr
         None
     };
     let otlp = if cfg.sinks.otlp.enabled {
-        let sink = OtlpSink::start(cfg.sinks.otlp.exporter.clone(), telemetry.clone())
+        let host = host.unwrap_or("unknown").to_owned();
+        let sink = OtlpSink::start(cfg.sinks.otlp.exporter.clone(), host, telemetry.clone())
             .map_err(|e| RunError::OtlpSink(e.to_string()))?;
         tracing::info!(endpoint = %cfg.sinks.otlp.exporter.endpoint(), "pushing OTLP metrics");
         let sink = Arc::new(sink);

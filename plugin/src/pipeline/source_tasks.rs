@@ -16,6 +16,7 @@ use crate::config::{Config, ConfigError, ReplayFormat};
 use crate::model::EventBatch;
 use crate::sources::child::ChildStopper;
 use crate::sources::lttng::{self, reader as lttng_reader};
+use crate::sources::on_host::OnHost;
 use crate::sources::otlp::{self, OtlpServer};
 use crate::sources::perf::live::{self as perf_live, PerfTarget};
 use crate::sources::perf::{parse_arch, script as perf_script, PerfScriptReader};
@@ -118,16 +119,16 @@ pub fn start_pull_sources(
             .map_err(|e| source_error("sources.lttng", &e))?;
         tracing::info!(%input, "LTTng source started");
         let producers = reader.get_ref().stopper();
+        // A relay daemon's session is the traced host's kernel: its processes are that
+        // host's (the router tells another host's apart from this one's).
+        let reader: Box<dyn BatchReader> = match lttng::live_url::parse(&input) {
+            Ok(url) => Box::new(OnHost::new(Box::new(reader), url.traced_host)),
+            Err(_) => Box::new(reader),
+        };
         // Live only when read from a relay daemon: a recorded trace ends when it is read.
         let live = s.lttng.relayd_url.is_some().then_some(telemetry);
         handles.push(spawn_pull(
-            Box::new(reader),
-            producers,
-            tx,
-            stats,
-            stop,
-            "lttng",
-            live,
+            reader, producers, tx, stats, stop, "lttng", live,
         ));
     }
     if s.replay.enabled {

@@ -207,9 +207,14 @@ impl Drop for Timer {
 }
 
 impl OtlpSink {
-    /// Builds the exporters and starts pushing. Must be called inside a Tokio runtime (the
-    /// gRPC channel and the HTTP client live on it).
-    pub fn start(cfg: OtlpSinkConfig, telemetry: Arc<Telemetry>) -> Result<Self, OtlpSinkError> {
+    /// Builds the exporters and starts pushing as host `host` (its resource's `host.name`).
+    /// Must be called inside a Tokio runtime (the gRPC channel and the HTTP client live on
+    /// it).
+    pub fn start(
+        cfg: OtlpSinkConfig,
+        host: String,
+        telemetry: Arc<Telemetry>,
+    ) -> Result<Self, OtlpSinkError> {
         let handle = tokio::runtime::Handle::try_current()
             .map_err(|e| OtlpSinkError::Build(format!("needs a Tokio runtime: {e}")))?;
         let endpoint = cfg.endpoint();
@@ -263,7 +268,6 @@ impl OtlpSink {
         // Every faultline pushes under the same service.name: the host tells them apart in
         // the backend (the Collector's Prometheus exporters make `instance` of
         // service.instance.id), or N hosts' series would collide in one.
-        let host = host_name();
         let resource = Resource::builder()
             .with_service_name(cfg.service_name.clone())
             .with_attributes([
@@ -487,15 +491,6 @@ impl OtlpSink {
             Err(e) => Err(sink_error(e.to_string())),
         }
     }
-}
-
-/// This host's name, read once when the sink starts; `unknown` (with a warning) when it
-/// cannot be read, so the sink still pushes.
-fn host_name() -> String {
-    crate::host_name::local().unwrap_or_else(|why| {
-        tracing::warn!("{why}: the OTLP sink's resource says host.name=unknown");
-        "unknown".into()
-    })
 }
 
 fn sink_error(message: String) -> SinkError {

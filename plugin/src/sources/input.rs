@@ -204,7 +204,7 @@ pub fn open_trace(
     arch: faultline_engine::syscalls::Arch,
     stats: Arc<crate::pipeline::telemetry::SourceStats>,
 ) -> Result<Box<dyn super::BatchReader>, SourceError> {
-    if path.is_dir() || path.to_str().is_some_and(|p| p.starts_with("net://")) {
+    if path.is_dir() || path.to_str().is_some_and(super::lttng::live_url::is_live) {
         let input = path
             .to_str()
             .ok_or_else(|| SourceError::Invalid(format!("path {} is not UTF-8", path.display())))?;

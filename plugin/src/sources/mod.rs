@@ -10,6 +10,7 @@ pub mod child;
 pub mod input;
 pub(crate) mod lines;
 pub mod lttng;
+pub mod on_host;
 pub mod otlp;
 pub mod perf;
 pub mod tcp_segments;

@@ -197,3 +197,17 @@ pub fn wait_exit(child: &mut Child, within: Duration) -> ExitStatus {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Stops `run` with SIGTERM (it must exit cleanly) and answers the final
+/// (`end_of_stream`) reports its JSON sink wrote to `jsonl`.
+pub fn final_reports(mut run: Running, jsonl: &std::path::Path) -> Vec<faultline_engine::Report> {
+    signal(&run.child, "-TERM");
+    let status = wait_exit(&mut run.child, Duration::from_secs(30));
+    assert!(status.success(), "exit status {status}");
+    std::fs::read_to_string(jsonl)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<faultline_engine::Report>(l).expect("report line"))
+        .filter(|r| serde_json::to_value(r.trigger).unwrap() == "end_of_stream")
+        .collect()
+}

@@ -22,7 +22,7 @@ const INSTALL_HINT: &str = "install babeltrace2, e.g. `apt install babeltrace2`"
 pub fn babeltrace_command(input: &str) -> Result<Command, SourceError> {
     let mut cmd = Command::new(BABELTRACE2);
     cmd.args(["--clock-seconds", "--no-delta"]);
-    if input.starts_with("net://") {
+    if super::live_url::is_live(input) {
         // Live session: net://RELAYD/host/HOST/SESSION via lttng-relayd.
         cmd.arg("--input-format=lttng-live").arg(input);
     } else {
@@ -49,7 +49,7 @@ pub fn open(
     let tap = discard_tap(queue.clone());
     let child = ChildOutput::spawn_tapped(babeltrace_command(input)?, INSTALL_HINT, tap)?;
     let reader = LttngTextReader::new(child, arch, stats).with_discards(queue);
-    Ok(if input.starts_with("net://") {
+    Ok(if super::live_url::is_live(input) {
         reader.live()
     } else {
         reader

@@ -3,6 +3,7 @@
 
 pub mod babeltrace;
 pub mod discards;
+pub mod live_url;
 pub mod reader;
 pub mod text;
 pub mod threads;
