@@ -158,6 +158,9 @@ fn calibrate_prints_config_that_check_config_accepts() {
         "mariadbd",
         "--fault-start-ns",
         &start,
+        // Recorded on another host: the block is that host's target.
+        "--host",
+        "db-2",
     ];
     let out = faultline(&args);
     assert!(
@@ -168,6 +171,12 @@ fn calibrate_prints_config_that_check_config_accepts() {
     let toml = String::from_utf8(out.stdout).expect("utf-8");
     assert!(
         toml.contains("alpha_seconds = ") && toml.contains("beta_seconds = "),
+        "{toml}"
+    );
+    assert!(
+        toml.contains(
+            "name = \"mariadbd@db-2\"\nprocess_names = [\"mariadbd\"]\nhosts = [\"db-2\"]\n"
+        ),
         "{toml}"
     );
     // `calibrate … | head -1`: the reader went away, which is no failure.

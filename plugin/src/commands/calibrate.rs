@@ -15,6 +15,30 @@ pub struct CalibrateArgs {
     /// When the known external fault started (trace clock, ns); default: the onset the engine detects.
     #[arg(long)]
     pub fault_start_ns: Option<u64>,
+    /// The host the trace was recorded on, when another than the one faultline runs on:
+    /// the block is that host's target, `NAME@HOST` with `hosts = [HOST]`, so the
+    /// calibration holds there only and the target keeps the name it had.
+    #[arg(long, value_parser = parse_host)]
+    pub host: Option<String>,
+}
+
+fn parse_host(s: &str) -> Result<String, String> {
+    let name = s.trim();
+    if name.is_empty() || name.len() > 253 || name.chars().any(|c| c.is_control() || c == '"') {
+        return Err("expected a host name, e.g. db-2".into());
+    }
+    Ok(name.to_owned())
+}
+
+/// The `[[targets]]` lines that name `target`'s processes (on `host` only, when given).
+fn matchers(target: &str, host: Option<&str>) -> String {
+    match host {
+        Some(h) => format!(
+            "name = {:?}\nprocess_names = [{target:?}]\nhosts = [{h:?}]\n",
+            format!("{target}@{h}")
+        ),
+        None => format!("name = {target:?}\nprocess_names = [{target:?}]\n"),
+    }
 }
 
 /// Runs the calibration and prints a `[[targets]]` block per target.
@@ -38,9 +62,8 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
                     c.measured_alpha_seconds,
                     c.stragglers
                 ) + &format!(
-                    "[[targets]]\nname = {:?}\nprocess_names = [{:?}]\nalpha_seconds = {:.6}\nbeta_seconds = {:.6}\n[targets.analysis]\nmin_active_calls = {}\ndirect_within_calls = {}\n\n",
-                    c.target,
-                    c.target,
+                    "[[targets]]\n{}alpha_seconds = {:.6}\nbeta_seconds = {:.6}\n[targets.analysis]\nmin_active_calls = {}\ndirect_within_calls = {}\n\n",
+                    matchers(&c.target, args.host.as_deref()),
                     c.alpha_seconds,
                     c.beta_seconds,
                     c.min_active_calls,
@@ -58,4 +81,23 @@ pub fn run(args: &CalibrateArgs) -> anyhow::Result<()> {
         anyhow::bail!("calibration failed: no target showed the fault ({events} events routed)");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hosts_block_keeps_the_name_its_target_had_there() {
+        assert_eq!(
+            matchers("mariadbd", Some("db-2")),
+            "name = \"mariadbd@db-2\"\nprocess_names = [\"mariadbd\"]\nhosts = [\"db-2\"]\n"
+        );
+        assert_eq!(
+            matchers("mariadbd", None),
+            "name = \"mariadbd\"\nprocess_names = [\"mariadbd\"]\n"
+        );
+        assert!(parse_host(" db-2 ").is_ok_and(|h| h == "db-2"));
+        assert!(parse_host("").is_err() && parse_host("a\"b").is_err());
+    }
 }

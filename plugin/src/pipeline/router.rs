@@ -158,6 +158,11 @@ impl Router {
             if let Some(n) = self.remote_configured.get(name.as_str()) {
                 return Ok(routed(n.clone()));
             }
+            // Configured by that name (`faultline calibrate --host` names a host's block
+            // so), wherever it is listed: that target, with its own parameters.
+            if let Some((n, _)) = self.targets.iter().find(|(n, _)| **n == *name) {
+                return Ok(routed(n.clone()));
+            }
             if now.is_none() {
                 return Ok(routed(Arc::from(name)));
             }
@@ -578,6 +583,31 @@ mod tests {
             to(&mut blind, Some("db-2")),
             Ok(("mysql-db-2".into(), None))
         );
+    }
+
+    #[test]
+    fn a_configured_target_named_like_another_hosts_target_takes_it_wherever_listed() {
+        let cfg = vec![
+            TargetConfig {
+                name: "mariadbd".into(),
+                process_names: vec!["mariadbd".into()],
+                ..TargetConfig::default()
+            },
+            // Pasted from `calibrate --host db-2`, after the general target.
+            TargetConfig {
+                name: "mariadbd@db-2".into(),
+                process_names: vec!["mariadbd".into()],
+                hosts: vec!["db-2".into()],
+                ..TargetConfig::default()
+            },
+        ];
+        let mut r = Router::new(&cfg, 2).with_local_host(Some("db-1".into()));
+        let p = ProcessInfo {
+            host: Some("db-2".into()),
+            ..proc("mariadbd")
+        };
+        let routed = r.route(&p, Instant::now()).expect("routed");
+        assert_eq!((&*routed.target, routed.params_of), ("mariadbd@db-2", None));
     }
 
     #[test]
