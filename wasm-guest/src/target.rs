@@ -2634,7 +2634,14 @@ impl Target {
         }
         per.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(&b.0)));
         let kept = self.activity_events.len() as u64 * self.d.cadence_ns;
-        let span = kept.min(to.saturating_sub(from)).max(1) as f64 / 1e9;
+        // A target younger than the epochs kept made its calls since its first record:
+        // over the whole span its rates read low until it is as old (a restarted
+        // faultline's rates climbed for 90 s). At least a second, so a target's first
+        // calls are no burst of millions a second.
+        let since = self.first_ns.map_or(from, |first| first.max(from));
+        let whole = kept.min(to.saturating_sub(from)).max(1);
+        let lived = kept.min(to.saturating_sub(since)).max(1_000_000_000);
+        let span = lived.min(whole) as f64 / 1e9;
         let list = per
             .into_iter()
             .take(self.params.top_n)
