@@ -89,7 +89,8 @@ def substitute(expr, variables):
         val = values[name]
         expr = expr.replace("${" + name + "}", val).replace("[[" + name + "]]", val)
         expr = re.sub(r"\$" + re.escape(name) + r"\b", lambda _m: val, expr)
-    leftover = re.findall(r"\$\{?\w+", expr)
+    # `$1` is a label_replace capture group, no variable.
+    leftover = re.findall(r"\$\{?[A-Za-z_]\w*", expr)
     if leftover:
         raise ValueError(f"unsubstituted variables {leftover} in: {expr}")
     return expr
