@@ -144,6 +144,13 @@ async fn run_engine(
             )
         })
         .ok();
+    if let Some(name) = &local_host {
+        let from = match cfg.pipeline.host_name {
+            Some(_) => "pipeline.host_name",
+            None => crate::host_name::FILE,
+        };
+        tracing::info!(host = %name, from, "this host's name: records of other hosts form NAME@HOST targets");
+    }
     let router =
         Router::new(&cfg.targets, cfg.analysis.max_targets).with_local_host(local_host.clone());
     let mut target_params = Vec::with_capacity(cfg.targets.len());
