@@ -656,6 +656,46 @@ mod tests {
         assert!(name.ends_with("s@db-2"), "{name}");
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// Names and hosts come from input and become label values: whatever they hold,
+        /// routing answers, and every target name is printable and at most
+        /// MAX_TARGET_NAME_CHARS long.
+        #[test]
+        fn any_process_routes_to_a_bounded_printable_name_or_a_reason(
+            service in proptest::option::of(".{0,300}"),
+            comm in proptest::option::of(".{0,40}"),
+            host in proptest::option::of("(db-1|DB-1\\.x|.{0,300})"),
+            configured in proptest::prelude::any::<bool>(),
+        ) {
+            let cfg = vec![
+                TargetConfig {
+                    name: "db-2's".into(),
+                    service_names: vec!["mysql".into()],
+                    hosts: vec!["db-2".into()],
+                    ..TargetConfig::default()
+                },
+                TargetConfig {
+                    name: "any".into(),
+                    service_names: service.iter().cloned().collect(),
+                    process_names: comm.iter().cloned().collect(),
+                    ..TargetConfig::default()
+                },
+            ];
+            let targets: &[TargetConfig] = if configured { &cfg } else { &[] };
+            let mut r = Router::new(targets, 4).with_local_host(Some("db-1".into()));
+            let p = ProcessInfo { service_name: service, comm, host, ..ProcessInfo::default() };
+            for _ in 0..2 {
+                if let Ok(routed) = r.route(&p, Instant::now()) {
+                    let name = routed.target;
+                    proptest::prop_assert!(name.chars().count() <= MAX_TARGET_NAME_CHARS, "{name:?}");
+                    proptest::prop_assert!(!name.chars().any(char::is_control), "{name:?}");
+                }
+            }
+        }
+    }
+
     #[test]
     fn configured_targets_and_recorded_traces_never_evict() {
         let t0 = Instant::now();
