@@ -307,6 +307,23 @@ def check_diagnosis_alert(prom, target, instance, verdict, report, has_report):
         assert "none ranked" in ann["description"], ann["description"]
 
 
+def check_hosts_count(prom, feeds, verdicts, target):
+    """Every firing diagnosis alert counts the hosts of its service with its verdict among
+    those reporting: every faultline here names its server `target`, one host each."""
+    for f in feeds:
+        verdict = verdicts[f.name]
+        if verdict not in DIAGNOSIS_ALERT:
+            continue
+        same = sum(v == verdict for v in verdicts.values())
+        want = f"Hosts of {target} with this verdict: {same} of {len(feeds)} reporting"
+        alerts = [a for a in firing(prom, DIAGNOSIS_ALERT[verdict])
+                  if a["labels"].get("instance") == f.addr and a["labels"].get("target") == target]
+        assert alerts, f"{f.name}: {DIAGNOSIS_ALERT[verdict]} no longer firing"
+        desc = alerts[0]["annotations"]["description"]
+        assert want in desc, f"{f.name}: {want!r} not in {desc!r}"
+        log(f"{f.name}: the page says '{want}'")
+
+
 DEFAULT_CASES = ["mariadb_cpu_cap", "mariadb_lock_tables"]
 
 
@@ -427,6 +444,7 @@ def main():
         log(f"Prometheus scrapes {len(feeds)} metrics endpoint(s)")
 
         verdicts = {f.name: check_feed(prom, f, args) for f in feeds}
+        check_hosts_count(prom, feeds, verdicts, args.target)
 
         # Rates need a few scrapes of the counters before the dashboard check.
         time.sleep(3)

@@ -351,6 +351,9 @@ fn live_prometheus_alerts_and_dashboard_follow_faultline() {
             "{case}: verdict not checked against its truth: {stdout}"
         );
     }
+    // Both pages count the service's hosts: one external and one internal of two.
+    let counted = "the page says 'Hosts of mariadb with this verdict: 1 of 2 reporting'";
+    assert_eq!(stdout.matches(counted).count(), 2, "{stdout}");
     assert!(stdout.contains("0 failed"), "dashboard queries: {stdout}");
     assert!(stdout.contains("FaultlineDown firing"), "{stdout}");
 }
