@@ -124,6 +124,19 @@ fn transcript(host: &mut dyn EngineHost, events: &[SyscallEvent], fault_at_ns: u
         }
     }
     assert!(triggered, "the stream reaches past the fault");
+    // Its own parameters dropped (another host's target evicted): it runs on the
+    // engine's again; an unknown name is no error.
+    host.clear_target_params("tuned").unwrap();
+    host.clear_target_params("never-set").unwrap();
+    let untuned = host
+        .trigger("tuned", fault_at_ns)
+        .unwrap()
+        .expect("a report");
+    assert_eq!(
+        untuned.parameters.alpha_seconds,
+        Params::default().alpha_seconds
+    );
+    steps.push(json!({ "untuned": untuned }));
     let cal = host.calibrate("db", Some(fault_at_ns)).unwrap();
     let counters = host.counters().unwrap();
     assert!(host.state_bytes().unwrap() > 0);

@@ -84,6 +84,17 @@ impl Engine {
         Ok(())
     }
 
+    /// Drops `target`'s own parameters: it (or a later target of that name) runs on the
+    /// engine's again. Frees the slot [`Engine::set_target_params`] caps at `max_targets`,
+    /// for hosts whose per-target parameters go with targets they evict.
+    pub fn clear_target_params(&mut self, target: &str) {
+        if self.overrides.remove(target).is_some() {
+            if let Some(t) = self.targets.get_mut(target) {
+                t.set_params(self.params.clone());
+            }
+        }
+    }
+
     /// Feeds a batch of one target's events. Continuous-mode reports that become due
     /// (in event time) are queued for [`Engine::take_reports`].
     pub fn ingest(&mut self, target: &str, events: &[SyscallEvent]) {

@@ -92,6 +92,10 @@ pub trait EngineHost: Send {
     fn kind(&self) -> EngineKind;
     /// Per-target parameters (e.g. calibrated α/β); kept across guest restarts.
     fn set_target_params(&mut self, target: &str, params: Params) -> Result<(), HostError>;
+    /// Drops `target`'s own parameters (and forgets them for restarts): the router evicted
+    /// another host's target of a configured one, whose slot under `max_targets` the
+    /// parameters also hold.
+    fn clear_target_params(&mut self, target: &str) -> Result<(), HostError>;
     /// Feeds one target's events.
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError>;
     /// On-demand diagnosis: `target` became slow at `at_ns` (event clock).

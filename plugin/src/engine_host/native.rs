@@ -44,6 +44,11 @@ impl EngineHost for NativeHost {
         Ok(self.engine.set_target_params(target, params)?)
     }
 
+    fn clear_target_params(&mut self, target: &str) -> Result<(), HostError> {
+        self.engine.clear_target_params(target);
+        Ok(())
+    }
+
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
         self.engine.ingest(target, events);
         if let Some(h) = self.huge_pages.as_mut() {

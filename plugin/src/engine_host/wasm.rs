@@ -604,7 +604,7 @@ impl WasmHost {
         for (target, params) in &self.target_params {
             let json = serde_json::to_vec(&TargetParams {
                 target: target.clone(),
-                params: params.clone(),
+                params: Some(params.clone()),
             })
             .map_err(|e| unavailable("cannot encode target params", e.to_string()))?;
             g.arm()
@@ -765,13 +765,24 @@ impl EngineHost for WasmHost {
         }
         let json = serde_json::to_vec(&TargetParams {
             target: target.to_owned(),
-            params: params.clone(),
+            params: Some(params.clone()),
         })
         .map_err(|e| HostError::Encode(e.to_string()))?;
         self.call("set_target_params", |g| g.set_target_params(&json))?;
         // Remembered only once accepted, so a restart replays what the guest had.
         self.target_params.insert(target.to_owned(), params);
         Ok(())
+    }
+
+    fn clear_target_params(&mut self, target: &str) -> Result<(), HostError> {
+        let json = serde_json::to_vec(&TargetParams {
+            target: target.to_owned(),
+            params: None,
+        })
+        .map_err(|e| HostError::Encode(e.to_string()))?;
+        // Forgotten first: a restart must not replay them, whether or not the call ends.
+        self.target_params.remove(target);
+        self.call("set_target_params", |g| g.set_target_params(&json))
     }
 
     fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {

@@ -377,6 +377,14 @@ impl EngineTask {
         self.quarantine.forget(&target);
         // Records the reorder stage accepted for it are analysed, not lost.
         self.drop_kept(&target, true);
+        // Another host's target of a configured one holds a parameter slot too, capped
+        // at max_targets in the engine: the next host's must find it free.
+        let started = Instant::now();
+        let cleared = self.engine.clear_target_params(&target);
+        self.observe(started);
+        if let Err(err) = cleared {
+            self.engine_error(&err);
+        }
     }
 
     /// Drops everything the pipeline keeps of `target`, for an eviction or a quarantine:
@@ -1329,6 +1337,9 @@ mod tests {
         fn set_target_params(&mut self, target: &str, p: Params) -> Result<(), HostError> {
             self.native.set_target_params(target, p)
         }
+        fn clear_target_params(&mut self, target: &str) -> Result<(), HostError> {
+            self.native.clear_target_params(target)
+        }
         fn ingest(&mut self, target: &str, events: &[SyscallEvent]) -> Result<(), HostError> {
             self.ingests.fetch_add(1, Ordering::Relaxed);
             if *self.ingest_of.lock().expect("trapping target") == Some(target) {
@@ -1581,26 +1592,30 @@ mod tests {
         b
     }
 
-    #[test]
-    fn another_hosts_processes_of_a_configured_target_are_analysed_apart_with_its_parameters() {
-        use crate::config::TargetConfig;
-
-        let rt = runtime();
-        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
-        let cfg = [TargetConfig {
+    /// A configured target `db` (process `db`) and its calibrated parameters (α 2.4).
+    fn calibrated_db() -> (Vec<crate::config::TargetConfig>, Vec<(String, Params)>) {
+        let cfg = vec![crate::config::TargetConfig {
             name: "db".into(),
             process_names: vec!["db".into()],
-            ..TargetConfig::default()
+            ..Default::default()
         }];
         let calibrated = Params {
             alpha_seconds: 2.4,
             ..Params::default()
         };
+        (cfg, vec![("db".into(), calibrated)])
+    }
+
+    #[test]
+    fn another_hosts_processes_of_a_configured_target_are_analysed_apart_with_its_parameters() {
+        let rt = runtime();
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let engine = Box::new(NativeHost::new(Params::default(), true).expect("engine"));
+        let (cfg, calibrated) = calibrated_db();
         let task = EngineTask::new(
             engine,
             Router::new(&cfg, 4).with_local_host(Some("db-1".into())),
-            vec![("db".into(), calibrated)],
+            calibrated,
             vec![Box::new(Keeping(kept.clone()))],
             Arc::new(Telemetry::default()),
             Duration::from_secs(5),
@@ -1901,6 +1916,47 @@ mod tests {
             .try_recv()
             .expect("answered at once")
             .expect("no engine error")
+    }
+
+    /// A fleet that scales: hosts of a configured service come and go through a gateway.
+    /// Each new host's target takes the configured parameters, also once the earlier
+    /// hosts' targets, idle, gave their slots (router and engine parameters) to new ones.
+    #[test]
+    fn hosts_that_come_and_go_keep_getting_their_configured_targets_parameters() {
+        use crate::pipeline::router::DISCOVERED_IDLE;
+
+        let (cfg, calibrated) = calibrated_db();
+        let kept = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (wall_s, clock) = settable_clock();
+        let mut task = EngineTask::new(
+            two_target_engine(),
+            Router::new(&cfg, 2).with_local_host(Some("db-1".into())),
+            calibrated,
+            vec![Box::new(Keeping(kept.clone()))],
+            Arc::new(Telemetry::default()),
+            Duration::from_secs(5),
+            Duration::from_secs(60),
+        )
+        .expect("task")
+        .with_clock(clock);
+        let on = |host: &str, from_s: u64| EventBatch {
+            process: ProcessInfo {
+                host: Some(host.into()),
+                ..batch(11, from_s, from_s + 30).process
+            },
+            ..batch(11, from_s, from_s + 30)
+        };
+        // db@db-2, then db@db-3 and db@db-4, each after the one before fell idle; two
+        // slots (db and one other host's) in the router and the engine's parameters.
+        for (i, host) in ["db-2", "db-3", "db-4"].into_iter().enumerate() {
+            wall_s.store(i as u64 * DISCOVERED_IDLE.as_secs(), Ordering::Relaxed);
+            task.ingest(on(host, i as u64 * 40));
+            let at = (i as u64 * 40 + 25) * SECOND;
+            let report = trigger_now(&mut task, &format!("db@{host}"), at);
+            let alpha = report.map(|r| r.parameters.alpha_seconds);
+            assert_eq!(alpha, Some(2.4), "{host}");
+        }
+        assert_eq!(task.telemetry.targets_evicted(), 2);
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Which target a batch belongs to: configured `[[targets]]` matchers, or (with none
 //! configured) one target per distinct service/process name, capped so label values
-//! taken from input can never grow without bound. A discovered name idle for
-//! [`DISCOVERED_IDLE`] gives its slot to a new name once the cap is reached, so
-//! short-lived helpers (a health check's `curl`) cannot hold the slots for good.
+//! taken from input can never grow without bound. A discovered name (or another host's
+//! target of a configured one) idle for [`DISCOVERED_IDLE`] gives its slot to a new name
+//! once the cap is reached, so short-lived helpers (a health check's `curl`) and hosts
+//! gone from a fleet cannot hold the slots for good.
 //!
 //! A target is one service on one host: PerfCompass reads a fault that reaches every
 //! thread at once as the environment's, and a service's threads on two hosts share no
@@ -11,7 +12,7 @@
 //! processes of another host than this one (OTLP's `host.name`, when a Collector gateway
 //! forwards several hosts' records) route to `NAME@HOST`.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,8 @@ pub const MAX_TARGET_NAME_CHARS: usize = 128;
 /// target's state while its silence is still the news.
 pub const DISCOVERED_IDLE: Duration = Duration::from_secs(600);
 
-/// A routed batch's target, and the discovered target it displaced, if any.
+/// A routed batch's target, and the discovered (or another host's) target it displaced,
+/// if any.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Routed {
     pub target: Arc<str>,
@@ -40,7 +42,8 @@ pub struct Routed {
     pub params_of: Option<Arc<str>>,
 }
 
-/// A discovered target whose slot went to a new name.
+/// A discovered target, or another host's target of a configured one, whose slot went to
+/// a new name.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Evicted {
     pub target: Arc<str>,
@@ -60,9 +63,11 @@ pub struct Router {
     evicts: bool,
     /// This host's name: processes of another host route to `NAME@HOST`.
     local_host: Option<String>,
-    /// Targets of configured ones' processes on other hosts (never evicted, like their
-    /// configured target; capped with it at `max_targets`).
-    remote_configured: HashSet<Arc<str>>,
+    /// Targets of configured ones' processes on other hosts, with when each last routed a
+    /// batch (capped with the configured ones at `max_targets`; one idle for
+    /// [`DISCOVERED_IDLE`] gives its slot to a new host's, as a discovered name does: hosts
+    /// come and go, an autoscaled fleet's would take every slot for good).
+    remote_configured: HashMap<Arc<str>, Instant>,
 }
 
 impl Router {
@@ -77,7 +82,7 @@ impl Router {
             max_targets: max_targets.max(1),
             evicts: true,
             local_host: None,
-            remote_configured: HashSet::new(),
+            remote_configured: HashMap::new(),
         }
     }
 
@@ -155,23 +160,32 @@ impl Router {
                 return Ok(routed(base));
             };
             let name = on_host(&base, host);
-            if let Some(n) = self.remote_configured.get(name.as_str()) {
-                return Ok(routed(n.clone()));
+            if let Some((n, last)) = self.remote_configured.get_key_value(name.as_str()) {
+                let n = n.clone();
+                if let Some(now) = now.filter(|now| now > last) {
+                    self.remote_configured.insert(n.clone(), now);
+                }
+                return Ok(routed(n));
             }
             // Configured by that name (`faultline calibrate --host` names a host's block
             // so), wherever it is listed: that target, with its own parameters.
             if let Some((n, _)) = self.targets.iter().find(|(n, _)| **n == *name) {
                 return Ok(routed(n.clone()));
             }
-            if now.is_none() {
+            let Some(now) = now else {
                 return Ok(routed(Arc::from(name)));
-            }
+            };
+            let mut evicted = None;
             if self.targets.len() + self.remote_configured.len() >= self.max_targets {
-                return Err(DropReason::Capped);
+                evicted = evict_idle(&mut self.remote_configured, now, self.evicts);
+                if evicted.is_none() {
+                    return Err(DropReason::Capped);
+                }
             }
             let n: Arc<str> = Arc::from(name);
-            self.remote_configured.insert(n.clone());
+            self.remote_configured.insert(n.clone(), now);
             return Ok(Routed {
+                evicted,
                 params_of: Some(base),
                 ..routed(n)
             });
@@ -200,7 +214,7 @@ impl Router {
         };
         let mut evicted = None;
         if self.discovered.len() >= self.max_targets {
-            evicted = self.evict_idle(now);
+            evicted = evict_idle(&mut self.discovered, now, self.evicts);
             if evicted.is_none() {
                 return Err(DropReason::Capped);
             }
@@ -213,33 +227,39 @@ impl Router {
         })
     }
 
-    /// Removes the discovered name that routed least recently, if it has been idle for
-    /// [`DISCOVERED_IDLE`] at `now` (ties go to the first name, so runs are reproducible).
-    /// Marks discovered `target` as active at `now` without a batch: the silence watch
+    /// Marks discovered (or another host's) `target` as active at `now` without a batch: the silence watch
     /// moved its clock, so its processes live on and its reports (a frozen service's "no
     /// system call") are still the news; eviction must not take its slot.
     pub fn touch(&mut self, target: &str, now: Instant) {
-        if let Some(at) = self.discovered.get_mut(target) {
-            *at = (*at).max(now);
+        for names in [&mut self.discovered, &mut self.remote_configured] {
+            if let Some(at) = names.get_mut(target) {
+                *at = (*at).max(now);
+            }
         }
     }
+}
 
-    fn evict_idle(&mut self, now: Instant) -> Option<Evicted> {
-        if !self.evicts {
-            return None;
-        }
-        let (name, last) = self
-            .discovered
-            .iter()
-            .min_by(|(a, ta), (b, tb)| ta.cmp(tb).then_with(|| a.cmp(b)))?;
-        let idle = now.saturating_duration_since(*last);
-        if idle < DISCOVERED_IDLE {
-            return None;
-        }
-        let target = name.clone();
-        self.discovered.remove(&target);
-        Some(Evicted { target, idle })
+/// Removes from `names` the one that routed least recently, if `evicts` and it has been
+/// idle for [`DISCOVERED_IDLE`] at `now` (ties go to the first name, so runs are
+/// reproducible).
+fn evict_idle(
+    names: &mut HashMap<Arc<str>, Instant>,
+    now: Instant,
+    evicts: bool,
+) -> Option<Evicted> {
+    if !evicts {
+        return None;
     }
+    let (name, last) = names
+        .iter()
+        .min_by(|(a, ta), (b, tb)| ta.cmp(tb).then_with(|| a.cmp(b)))?;
+    let idle = now.saturating_duration_since(*last);
+    if idle < DISCOVERED_IDLE {
+        return None;
+    }
+    let target = name.clone();
+    names.remove(&target);
+    Some(Evicted { target, idle })
 }
 
 /// Whether `p` belongs to `t`. Pids and cgroups name processes of this host only
@@ -508,7 +528,7 @@ mod tests {
     }
 
     #[test]
-    fn another_hosts_processes_of_a_configured_target_take_its_parameters() {
+    fn another_hosts_processes_of_a_configured_target_take_its_parameters_and_give_way_when_idle() {
         let cfg = vec![TargetConfig {
             name: "db".into(),
             service_names: vec!["mysql".into()],
@@ -525,11 +545,11 @@ mod tests {
         let routed = r.route(&on(Some("db-2"), "mysql"), t0).expect("routed");
         assert_eq!(&*routed.target, "db@db-2");
         assert_eq!(routed.params_of.as_deref(), Some("db"));
-        // Once only; and it is never evicted, however long it stays idle.
-        let later = t0 + 100 * DISCOVERED_IDLE;
+        // Once only.
+        let later = t0 + DISCOVERED_IDLE / 2;
         let again = r.route(&on(Some("db-2"), "mysql"), later).expect("routed");
         assert_eq!((&*again.target, again.params_of), ("db@db-2", None));
-        // Capped with the configured targets at max_targets.
+        // Capped with the configured targets at max_targets while it routes.
         let third = r.route(&on(Some("db-3"), "mysql"), later);
         assert_eq!(third, Err(DropReason::Capped));
         // Records that make no target do not make one either.
@@ -539,6 +559,25 @@ mod tests {
             r.route(&on(Some("db-5"), "mysql"), later),
             Err(DropReason::Capped)
         );
+        // Idle for DISCOVERED_IDLE (its host gone: a fleet scaled in), it gives its slot
+        // to a new host's target, which takes db's parameters; db itself stays.
+        let much_later = later + DISCOVERED_IDLE;
+        let third = r
+            .route(&on(Some("db-3"), "mysql"), much_later)
+            .expect("routed");
+        assert_eq!(&*third.target, "db@db-3");
+        assert_eq!(third.params_of.as_deref(), Some("db"));
+        let evicted = third.evicted.map(|e| (e.target, e.idle));
+        assert_eq!(evicted, Some(("db@db-2".into(), DISCOVERED_IDLE)));
+        let here = r.route(&on(None, "mysql"), much_later).map(|r| r.target);
+        assert_eq!(here.as_deref(), Ok("db"));
+        // Without eviction (a recorded trace), never.
+        let mut offline = Router::new(&cfg, 2)
+            .with_local_host(Some("db-1".into()))
+            .without_eviction();
+        assert!(offline.route(&on(Some("db-2"), "mysql"), t0).is_ok());
+        let next = offline.route(&on(Some("db-3"), "mysql"), t0 + 100 * DISCOVERED_IDLE);
+        assert_eq!(next, Err(DropReason::Capped));
     }
 
     #[test]

@@ -777,6 +777,9 @@ mod tests {
         ) -> Result<(), engine_host::HostError> {
             Ok(())
         }
+        fn clear_target_params(&mut self, _: &str) -> Result<(), engine_host::HostError> {
+            Ok(())
+        }
         fn ingest(
             &mut self,
             _: &str,

@@ -21,6 +21,9 @@ macro_rules! idle_engine_methods {
         ) -> Result<(), $crate::engine_host::HostError> {
             Ok(())
         }
+        fn clear_target_params(&mut self, _: &str) -> Result<(), $crate::engine_host::HostError> {
+            Ok(())
+        }
         fn advance(
             &mut self,
             _: &str,

@@ -93,7 +93,14 @@ impl Guest {
             Ok(e) => e,
             Err(code) => return code,
         };
-        match engine.set_target_params(&tp.target, tp.params) {
+        let set = match tp.params {
+            Some(params) => engine.set_target_params(&tp.target, params),
+            None => {
+                engine.clear_target_params(&tp.target);
+                Ok(())
+            }
+        };
+        match set {
             Ok(()) => {
                 self.result.clear();
                 Status::Ok as i32
@@ -255,6 +262,11 @@ mod tests {
         assert_eq!(
             g.set_target_params(b"{\"target\": \"a\"}"),
             Status::Params as i32
+        );
+        // Spelt out as null, they are dropped (none were set: no error either).
+        assert_eq!(
+            g.set_target_params(b"{\"target\": \"a\", \"params\": null}"),
+            Status::Ok as i32
         );
         assert_eq!(g.trigger(&[0xff, 0xfe], 1), Status::BadArgument as i32);
     }

@@ -32,7 +32,7 @@ mod exports;
 /// 9: an off-CPU record's `ret` 2 means blocked uninterruptibly (8 read it as preempted).
 /// 10: record kind 7 (a network namespace's TCP segments sent and retransmitted).
 /// 11: the guest exports `fl_forget` (an evicted target's state), which the host requires.
-pub const ABI_VERSION: u32 = 11;
+pub const ABI_VERSION: u32 = 12;
 
 /// What every `fl_*` call that can fail returns.
 ///
@@ -86,12 +86,21 @@ impl Status {
     }
 }
 
-/// Argument of `fl_set_target_params`: one target's own parameters (e.g. calibrated α/β).
+/// Argument of `fl_set_target_params`: one target's own parameters (e.g. calibrated α/β),
+/// or `null` to drop them (the target runs on the engine's again).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetParams {
     pub target: String,
-    pub params: Params,
+    /// Required, even as `null`: a host that forgot it must not clear a calibration.
+    #[serde(deserialize_with = "present")]
+    pub params: Option<Params>,
+}
+
+/// An `Option` the input must spell out (serde reads a missing `Option` field as `None`,
+/// except through `deserialize_with`).
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Params>, D::Error> {
+    Option::<Params>::deserialize(d)
 }
 
 #[cfg(test)]
