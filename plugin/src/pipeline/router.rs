@@ -198,8 +198,8 @@ impl Router {
             .filter(|s| !s.is_empty())
             .ok_or(DropReason::NoTarget)?;
         let name = match remote {
-            Some(host) => on_host(raw, host),
-            None => sanitize(raw),
+            Some(host) => on_host(&unhosted(raw), host),
+            None => unhosted(raw),
         };
         if let Some((n, last)) = self.discovered.get_key_value(name.as_str()) {
             let n = n.clone();
@@ -303,10 +303,16 @@ fn same_host(a: &str, b: &str) -> bool {
 /// The target of service `name`'s processes on another host, `host`: `NAME@HOST`, cut to
 /// [`MAX_TARGET_NAME_CHARS`] from the service's end so the host stays readable.
 fn on_host(name: &str, host: &str) -> String {
-    let host = sanitize(host);
+    let host = unhosted(host);
     let room = MAX_TARGET_NAME_CHARS.saturating_sub(host.chars().count() + 1);
     let name: String = sanitize(name).chars().take(room).collect();
     sanitize(&format!("{name}@{host}"))
+}
+
+/// [`sanitize`]d, and no `@` (as `_`): in a name from input, `@` would read as the host
+/// part of `NAME@HOST` (the alerts and the dashboard count a service's hosts by it).
+fn unhosted(raw: &str) -> String {
+    sanitize(raw).replace('@', "_")
 }
 
 /// Keeps names printable and short, since they become metric label values.
@@ -684,6 +690,25 @@ mod tests {
         assert!(!same_host("db-1.example.com", "db-1.other.org"));
         assert!(!same_host("db-1", "db-10"));
         assert!(!same_host("db-1", "db-2.example.com"));
+    }
+
+    #[test]
+    fn an_at_sign_from_input_never_reads_as_a_host() {
+        let mut r = Router::new(&[], 4).with_local_host(Some("db-1".into()));
+        let here = route(&mut r, &on(None, "api@v2"));
+        assert_eq!(here.as_deref(), Ok("api_v2"));
+        let there = route(&mut r, &on(Some("db@2"), "api@v2"));
+        assert_eq!(there.as_deref(), Ok("api_v2@db_2"));
+        // An operator's own name keeps its `@` (a host's target, `NAME@HOST`).
+        let cfg = vec![TargetConfig {
+            name: "mysql@db-2".into(),
+            service_names: vec!["mysql".into()],
+            hosts: vec!["db-2".into()],
+            ..TargetConfig::default()
+        }];
+        let mut r = Router::new(&cfg, 4).with_local_host(Some("db-1".into()));
+        let pinned = route(&mut r, &on(Some("db-2"), "mysql"));
+        assert_eq!(pinned.as_deref(), Ok("mysql@db-2"));
     }
 
     #[test]
