@@ -1592,6 +1592,18 @@ mod tests {
         b
     }
 
+    /// [`batch`] of `tid` from `from_s` for 30 s, of a process on `host`.
+    fn on_host(host: &str, tid: u32, from_s: u64) -> EventBatch {
+        let b = batch(tid, from_s, from_s + 30);
+        EventBatch {
+            process: ProcessInfo {
+                host: Some(host.into()),
+                ..b.process.clone()
+            },
+            ..b
+        }
+    }
+
     /// A configured target `db` (process `db`) and its calibrated parameters (α 2.4).
     fn calibrated_db() -> (Vec<crate::config::TargetConfig>, Vec<(String, Params)>) {
         let cfg = vec![crate::config::TargetConfig {
@@ -1625,13 +1637,7 @@ mod tests {
         let (tx, rx) = queue::bounded(8);
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
         // The same tids on both hosts: were they one target, they would be one thread.
-        let on = |host: &str, tid: u32| EventBatch {
-            process: ProcessInfo {
-                host: Some(host.into()),
-                ..batch(tid, 0, 30).process
-            },
-            ..batch(tid, 0, 30)
-        };
+        let on = |host: &str, tid: u32| on_host(host, tid, 0);
         for b in [on("db-1", 11), on("db-1", 12), on("db-2", 11)] {
             rt.block_on(tx.send(b)).expect("queue open");
         }
@@ -1939,13 +1945,7 @@ mod tests {
         )
         .expect("task")
         .with_clock(clock);
-        let on = |host: &str, from_s: u64| EventBatch {
-            process: ProcessInfo {
-                host: Some(host.into()),
-                ..batch(11, from_s, from_s + 30).process
-            },
-            ..batch(11, from_s, from_s + 30)
-        };
+        let on = |host: &str, from_s: u64| on_host(host, 11, from_s);
         // db@db-2, then db@db-3 and db@db-4, each after the one before fell idle; two
         // slots (db and one other host's) in the router and the engine's parameters.
         for (i, host) in ["db-2", "db-3", "db-4"].into_iter().enumerate() {
